@@ -1,0 +1,14 @@
+"""Time grids and samplers of ELF-REG (spec §5): full-span, prefix early-stop, re-noising; generation pipeline."""
+
+from elfreg.sampling.config import SAMPLERS, SamplerConfig, W_PRESETS, w_for_task
+from elfreg.sampling.grids import logit_normal_grid, master_grid, power_grid, sampler_grid, uniform_grid
+from elfreg.sampling.network import NFECount, NFECounter, StudentLike
+from elfreg.sampling.pipeline import EncodedPrompts, GenerationPipeline, validate_prompts
+from elfreg.sampling.samplers import SampleOutput, sample
+from elfreg.sampling.seeding import sample_generator, sample_seed
+
+__all__ = [
+    "SAMPLERS", "SamplerConfig", "W_PRESETS", "w_for_task", "logit_normal_grid", "master_grid", "power_grid",
+    "sampler_grid", "uniform_grid", "NFECount", "NFECounter", "StudentLike", "EncodedPrompts",
+    "GenerationPipeline", "validate_prompts", "SampleOutput", "sample", "sample_generator", "sample_seed",
+]

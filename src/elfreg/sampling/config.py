@@ -1,0 +1,71 @@
+"""Typed sampler settings (spec §5); every paper default is a field, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SAMPLERS = ("full-span", "early-stop", "renoise")
+GRIDS = ("logit-normal", "uniform")
+
+# Inference self-conditioning guidance scale w per task (spec §5): 3 for GSM8K, 2 for code and MATH.
+W_PRESETS: dict[str, float] = {"gsm8k": 3.0, "math": 2.0, "math500": 2.0, "code": 2.0,
+                               "humaneval": 2.0, "mbpp": 2.0}
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """All settings of one sampling run (spec §5); recorded beside every generated sample."""
+
+    sampler: str = "early-stop"   # full-span | early-stop | renoise
+    nfe: int = 64                 # N: total network calls = N - 1 denoiser calls + 1 decoder call
+    rho: int = 8                  # early-stop / renoise: master grid has M = rho * N points
+    grid: str = "logit-normal"    # master-grid kind for full-span and early-stop
+    p: float = 0.5                # renoise: power of the grid t_i = t* (i / (N - 2))^p
+    eta: float = 1.2              # renoise: noise multiplier
+    w: float = 3.0                # inference self-conditioning guidance scale (network input)
+    sigma: float = 2.0            # noise scale of y_0 = sigma * eps
+    t_eps: float = 0.05           # clamp of c_t = max(1 - t, t_eps)
+    p_mean: float = -1.5          # logit-normal grid: t = sigmoid(N(p_mean, p_std))
+    p_std: float = 0.8
+    drop_reg: bool = False        # ablation: omit the REG token at inference (reg=None)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler: unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
+        if self.grid not in GRIDS:
+            raise ValueError(f"grid: unknown grid {self.grid!r}; choose one of {', '.join(GRIDS)}")
+        if isinstance(self.nfe, bool) or not isinstance(self.nfe, int) or self.nfe < 2:
+            raise ValueError(f"nfe: need an integer N >= 2 (N - 1 denoiser calls + 1 decoder call), got {self.nfe!r}")
+        if isinstance(self.rho, bool) or not isinstance(self.rho, int) or self.rho < 1:
+            raise ValueError(f"rho: need an integer rho >= 1 (master grid of rho * N points), got {self.rho!r}")
+        if not self.p > 0:
+            raise ValueError(f"p: the re-noising grid power must be > 0, got {self.p!r}")
+        if not self.eta >= 0:
+            raise ValueError(f"eta: the re-noising noise multiplier must be >= 0, got {self.eta!r}")
+        if not self.sigma > 0:
+            raise ValueError(f"sigma: must be > 0, got {self.sigma!r}")
+        if not 0 < self.t_eps <= 1:
+            raise ValueError(f"t_eps: must be in (0, 1], got {self.t_eps!r}")
+        if not self.p_std > 0:
+            raise ValueError(f"p_std: must be > 0, got {self.p_std!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed: need an integer >= 0, got {self.seed!r}")
+
+    @property
+    def master_points(self) -> int:
+        """Number of points M of the grid that is built (N for full-span, rho * N otherwise)."""
+        return self.nfe if self.sampler == "full-span" else self.rho * self.nfe
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every field, for result records."""
+        return asdict(self)
+
+
+def w_for_task(task: str) -> float:
+    """Paper inference guidance scale for a task name (spec §5); ValueError on an unknown task."""
+    key = task.lower()
+    if key not in W_PRESETS:
+        raise ValueError(f"task: no w preset for {task!r}; known: {', '.join(sorted(W_PRESETS))}")
+    return W_PRESETS[key]

@@ -1,0 +1,132 @@
+"""Generation pipeline (spec §5): prompts -> encoder -> sampler -> decoded responses, batched, several samples each."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+import torch
+
+from elfreg.sampling.config import SamplerConfig
+from elfreg.sampling.decode import detokenize, response_token_ids
+from elfreg.sampling.network import NFECounter, StudentLike
+from elfreg.sampling.samplers import sample
+
+Key = tuple[int, int]  # (prompt_index, sample_index)
+
+
+@dataclass
+class EncodedPrompts:
+    """Frozen-encoder output: x_prompt (B, L, d) standardised, prompt_mask (B, L) bool, prompt token ids."""
+
+    x_prompt: torch.Tensor
+    prompt_mask: torch.Tensor
+    token_ids: list[list[int]]
+
+    @classmethod
+    def of(cls, value: Any) -> "EncodedPrompts":
+        """Accept an EncodedPrompts or an (x_prompt, prompt_mask, token_ids) tuple."""
+        if isinstance(value, cls):
+            return value
+        x, mask, ids = value
+        return cls(x_prompt=x, prompt_mask=mask.bool(), token_ids=[list(map(int, r)) for r in ids])
+
+
+class PromptEncoder(Protocol):
+    """The frozen prompt encoder: tokenises (cheap) and encodes (the expensive, non-NFE part)."""
+
+    def prompt_token_ids(self, prompts: list[str]) -> list[list[int]]: ...
+
+    def encode_prompts(self, prompts: list[str]) -> Any: ...
+
+
+def validate_prompts(prompts: Sequence[str], encoder: PromptEncoder, canvas_len: int, max_prompt_len: int | None,
+                     source: str = "prompts", line_numbers: Sequence[int] | None = None) -> None:
+    """Raise ValueError (naming source and line) for no prompts, an empty prompt, or a prompt too long for the canvas."""
+    if len(prompts) == 0:
+        raise ValueError(f"{source}: no prompts to generate from")
+    lines = list(line_numbers) if line_numbers is not None else list(range(1, len(prompts) + 1))
+    limit = canvas_len - 1 if max_prompt_len is None else min(max_prompt_len, canvas_len - 1)
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str) or not p.strip():
+            raise ValueError(f"{source}:{lines[i]}: empty prompt")
+    for i, ids in enumerate(encoder.prompt_token_ids(list(prompts))):
+        if len(ids) > limit:
+            raise ValueError(f"{source}:{lines[i]}: prompt has {len(ids)} tokens; the canvas of {canvas_len} allows at "
+                             f"most {limit} prompt tokens (max_prompt_len={max_prompt_len}, and at least one "
+                             f"response position)")
+
+
+class GenerationPipeline:
+    """Model + frozen encoder + tokenizer + sampler settings -> response records (spec §5)."""
+
+    def __init__(self, network: StudentLike, encoder: PromptEncoder, tokenizer: Any, cfg: SamplerConfig,
+                 batch_size: int = 16, max_prompt_len: int | None = None) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size: need >= 1, got {batch_size}")
+        if tokenizer.eos_token_id is None:
+            raise ValueError("tokenizer has no eos_token_id; the first EOS ends an answer")
+        self.counter = NFECounter(network)
+        self.encoder = encoder
+        self.tokenizer = tokenizer
+        self.cfg = cfg
+        self.batch_size = batch_size
+        self.max_prompt_len = max_prompt_len
+        self.canvas_len = int(network.config.max_len)
+        self.device = next((p.device for p in getattr(network, "parameters", lambda: iter(()))()),
+                           torch.device("cpu"))
+
+    def validate(self, prompts: Sequence[str], source: str = "prompts",
+                 line_numbers: Sequence[int] | None = None) -> None:
+        """Check every prompt before any generation work (see validate_prompts)."""
+        validate_prompts(prompts, self.encoder, self.canvas_len, self.max_prompt_len, source, line_numbers)
+
+    def jobs(self, prompt_indices: Sequence[int], samples: int, done: set[Key] | None = None) -> list[Key]:
+        """All (prompt_index, sample_index) keys still to generate, in order."""
+        if samples < 1:
+            raise ValueError(f"samples: need >= 1 sample per prompt, got {samples}")
+        done = done or set()
+        return [(p, s) for p in prompt_indices for s in range(samples) if (p, s) not in done]
+
+    def run_batch(self, prompts: Sequence[str], keys: Sequence[Key]) -> list[dict[str, Any]]:
+        """Generate one batch; prompts is the full prompt list indexed by the keys' prompt_index."""
+        unique = sorted({p for p, _ in keys})
+        t0 = time.perf_counter()
+        enc = EncodedPrompts.of(self.encoder.encode_prompts([prompts[p] for p in unique]))
+        pos = {p: i for i, p in enumerate(unique)}
+        rows = torch.tensor([pos[p] for p, _ in keys], dtype=torch.long)
+        x_prompt = enc.x_prompt.index_select(0, rows.to(enc.x_prompt.device)).to(self.device)
+        prompt_mask = enc.prompt_mask.index_select(0, rows.to(enc.prompt_mask.device)).to(self.device)
+        if x_prompt.shape[1] != self.canvas_len:
+            raise ValueError(f"encoder returned a canvas of {x_prompt.shape[1]}, the network expects {self.canvas_len}")
+        t1 = time.perf_counter()
+        out = sample(self.counter, x_prompt, prompt_mask, self.cfg, keys)
+        answers = response_token_ids(out.token_ids, prompt_mask.cpu(), int(self.tokenizer.eos_token_id))
+        texts = detokenize(self.tokenizer, answers)
+        t2 = time.perf_counter()
+        settings = self.cfg.to_dict()
+        records = []
+        for i, (p, s) in enumerate(keys):
+            records.append({
+                "prompt_index": p, "sample_index": s, "response": texts[i], "response_token_ids": answers[i],
+                **settings,
+                "exit_time": float(out.exit_time[i]),
+                "nfe_spent": out.count.nfe, "denoiser_calls": out.count.denoiser_calls,
+                "decoder_calls": out.count.decoder_calls,
+                # wall seconds of the whole batch this sample was generated in (shared by batch_size rows)
+                "encoder_seconds": t1 - t0, "sampler_seconds": t2 - t1, "batch_size": len(keys),
+            })
+        return records
+
+    def generate(self, prompts: Sequence[str], samples: int, prompt_indices: Sequence[int] | None = None,
+                 done: set[Key] | None = None, on_batch: Callable[[list[dict]], None] | None = None
+                 ) -> Iterator[dict[str, Any]]:
+        """Yield one record per missing (prompt_index, sample_index), batch by batch; on_batch sees each batch."""
+        indices = range(len(prompts)) if prompt_indices is None else prompt_indices
+        todo = self.jobs(indices, samples, done)
+        for start in range(0, len(todo), self.batch_size):
+            records = self.run_batch(prompts, todo[start:start + self.batch_size])
+            if on_batch is not None:
+                on_batch(records)
+            yield from records
