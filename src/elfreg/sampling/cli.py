@@ -1,0 +1,119 @@
+"""`elfreg generate`: prompts JSONL -> one results line per sample, resumable, sharded over torch.distributed ranks."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable
+
+import torch
+
+from elfreg.sampling.config import GRIDS, SAMPLERS, SamplerConfig, w_for_task
+from elfreg.sampling.pipeline import GenerationPipeline
+from elfreg.sampling.run import generate_to_file, read_prompts
+
+Loaded = tuple[Any, Any, Any, "int | None"]  # (network, encoder, tokenizer, max_prompt_len)
+
+
+def register(subparsers: Any) -> None:
+    """Add the `generate` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser("generate", help="generate responses with an ELF-REG model (spec §5)",
+                              description=__doc__)
+    p.add_argument("--model", required=True, help="model directory (ElfModel.from_pretrained)")
+    p.add_argument("--prompts", required=True, help="JSONL file, one object with a 'prompt' string per line")
+    p.add_argument("--prompt-field", default="prompt", help="JSON field holding the prompt text")
+    p.add_argument("--out", required=True, help="results JSONL (appended; existing samples are skipped)")
+    p.add_argument("--sampler", default="early-stop", help=f"one of {', '.join(SAMPLERS)}")
+    p.add_argument("--nfe", type=int, default=64, help="N: network calls per sample (N-1 denoiser + 1 decoder)")
+    p.add_argument("--rho", type=int, default=8, help="early-stop / renoise master grid ratio (M = rho*N)")
+    p.add_argument("--grid", default="logit-normal", help=f"one of {', '.join(GRIDS)}")
+    p.add_argument("--p", type=float, default=0.5, help="renoise grid power")
+    p.add_argument("--eta", type=float, default=1.2, help="renoise noise multiplier")
+    p.add_argument("--w", type=float, default=None, help="guidance scale w (default: --task preset, else 3)")
+    p.add_argument("--task", default=None, help="w preset: gsm8k (3), math / code (2)")
+    p.add_argument("--sigma", type=float, default=2.0, help="noise scale of the initial state")
+    p.add_argument("--drop-reg", action="store_true", help="ablation: omit the REG token at inference")
+    p.add_argument("--samples", type=int, default=1, help="samples per prompt")
+    p.add_argument("--seed", type=int, default=0, help="generation seed; sample noise = f(seed, prompt, sample)")
+    p.add_argument("--batch-size", type=int, default=16, help="rows per network call")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=cmd_generate)
+
+
+def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
+    """SamplerConfig from parsed arguments (ValueError naming the field on bad input)."""
+    w = args.w if args.w is not None else (w_for_task(args.task) if args.task else SamplerConfig.w)
+    return SamplerConfig(sampler=args.sampler, nfe=args.nfe, rho=args.rho, grid=args.grid, p=args.p, eta=args.eta,
+                         w=w, sigma=args.sigma, drop_reg=args.drop_reg, seed=args.seed)
+
+
+def load_elf_model(model_dir: str, device: torch.device) -> Loaded:
+    """Load network, prompt encoder, tokenizer and prompt limit from an ElfModel directory (src/elfreg/hub.py)."""
+    try:
+        from elfreg.hub import ElfModel  # the foundation's bundle of student + frozen encoder + tokenizer
+    except ImportError as exc:
+        raise RuntimeError(f"elfreg.hub.ElfModel is not available ({exc}); cannot load {model_dir}") from None
+    model = ElfModel.from_pretrained(model_dir)
+    if hasattr(model, "to"):
+        model = model.to(device)
+    network = getattr(model, "student", model)
+    tokenizer = model.tokenizer
+    if not hasattr(model, "prompt_token_ids"):
+        # fall back to plain tokenisation when the bundle has no prompt-specific tokeniser
+        model.prompt_token_ids = lambda prompts: [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    max_prompt_len = getattr(model, "max_prompt_len", None) or getattr(getattr(model, "config", None),
+                                                                        "max_prompt_len", None)
+    return network, model, tokenizer, max_prompt_len
+
+
+def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], Loaded] = load_elf_model) -> int:
+    """Run `elfreg generate`; returns an exit code (2 for bad input, found before any generation)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    try:
+        if args.samples < 1:
+            raise ValueError(f"--samples: need >= 1, got {args.samples}")
+        if args.batch_size < 1:
+            raise ValueError(f"--batch-size: need >= 1, got {args.batch_size}")
+        cfg = sampler_config_from_args(args)
+        prompts = read_prompts(args.prompts, args.prompt_field)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"elfreg generate: error: {exc}", file=sys.stderr)
+        return 2
+    rank = 0
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    if world > 1:
+        rank = torch.distributed.get_rank()
+    if args.device:
+        device = torch.device(args.device)
+    elif torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    else:
+        device = torch.device("cpu")
+    network, encoder, tokenizer, max_prompt_len = load(args.model, device)
+    pipeline = GenerationPipeline(network, encoder, tokenizer, cfg, batch_size=args.batch_size,
+                                  max_prompt_len=max_prompt_len)
+    try:
+        pipeline.validate(prompts.prompts, prompts.source, prompts.lines)
+    except ValueError as exc:
+        print(f"elfreg generate: error: {exc}", file=sys.stderr)
+        return 2
+    n = generate_to_file(pipeline, prompts, args.out, args.samples, rank=rank, world=world,
+                         progress=not args.no_progress)
+    if rank == 0:
+        print(f"elfreg generate: {n} new samples on rank 0 -> {args.out}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry point (python -m elfreg.sampling.cli generate ...) until the lead wires `elfreg`."""
+    parser = argparse.ArgumentParser(prog="elfreg")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

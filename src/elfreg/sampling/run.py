@@ -1,0 +1,121 @@
+"""A resumable, optionally sharded generation run: prompts file -> results JSONL (spec §5, §6)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+from tqdm import tqdm
+
+from elfreg.sampling.pipeline import GenerationPipeline
+from elfreg.sampling.results_io import AppendWriter, done_keys, read_records, record_key, repair_truncated_tail
+
+
+@dataclass
+class PromptFile:
+    """Prompts read from a JSONL file, with the file line of each (for error messages)."""
+
+    prompts: list[str]
+    lines: list[int]
+    ids: list[Any]
+    source: str
+
+
+def read_prompts(path: str | os.PathLike, field: str = "prompt") -> PromptFile:
+    """Read {field: str, optional id} objects, one per line; blank lines skipped; errors name file and line."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"prompts file {p} does not exist")
+    prompts, lines, ids = [], [], []
+    for n, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict) or not isinstance(obj.get(field), str):
+            raise ValueError(f"{p}:{n}: expected an object with a string field {field!r}")
+        prompts.append(obj[field])
+        lines.append(n)
+        ids.append(obj.get("id"))
+    if not prompts:
+        raise ValueError(f"{p}: prompts file is empty (no JSON lines with a {field!r} field)")
+    return PromptFile(prompts, lines, ids, str(p))
+
+
+def part_path(out: Path, rank: int) -> Path:
+    """Per-rank part file beside the output: out.rank{r}.jsonl."""
+    return out.with_name(f"{out.stem}.rank{rank}{out.suffix or '.jsonl'}")
+
+
+def _parts(out: Path) -> list[Path]:
+    return sorted(out.parent.glob(f"{out.stem}.rank*{out.suffix or '.jsonl'}"))
+
+
+def _barrier(world: int) -> None:
+    if world > 1:
+        dist.barrier()
+
+
+def generate_to_file(pipeline: GenerationPipeline, prompts: PromptFile, out: str | os.PathLike, samples: int,
+                     rank: int = 0, world: int = 1, progress: bool = True) -> int:
+    """Generate every missing (prompt, sample) into out; prompts are sharded i % world == rank.
+
+    Each rank appends to its own part file (world > 1) or straight to out (world == 1); existing keys
+    in out and in any part file are skipped, so a killed run resumes without repeats or losses. At
+    the end rank 0 appends the parts' records missing from out, sorted by key, and removes the parts.
+    Returns the number of samples this rank generated.
+    """
+    out = Path(out)
+    target = part_path(out, rank) if world > 1 else out
+    if rank == 0:
+        repair_truncated_tail(out)
+    if target != out:
+        repair_truncated_tail(target)
+    _barrier(world)
+    # Other ranks' part files may be mid-write: their partial tails are not ours to cut, just ignored.
+    done = done_keys([out, *_parts(out)], ignore_partial_tail=True)
+    mine = [i for i in range(len(prompts.prompts)) if i % world == rank]
+    todo = pipeline.jobs(mine, samples, done)
+    bar = tqdm(total=len(todo), disable=not progress or rank != 0, desc=f"generate (rank 0 of {world})", unit="sample")
+    ids = prompts.ids
+
+    def write(records: list[dict]) -> None:
+        for r in records:
+            r["prompt_id"] = ids[r["prompt_index"]]
+        writer.write_batch(records)
+        bar.update(len(records))
+
+    with AppendWriter(target) as writer:
+        for _ in pipeline.generate(prompts.prompts, samples, mine, done, on_batch=write):
+            pass
+    bar.close()
+    _barrier(world)
+    if rank == 0 and _parts(out):   # also folds in parts left by an earlier, killed sharded run
+        merge_parts(out)
+    _barrier(world)
+    return len(todo)
+
+
+def merge_parts(out: str | os.PathLike) -> int:
+    """Append part-file records not yet in out (sorted by key), fsync, delete the parts; returns lines added."""
+    out = Path(out)
+    have = done_keys([out])
+    new: dict = {}
+    parts = _parts(out)
+    for part in parts:
+        repair_truncated_tail(part)
+        for rec in read_records(part):
+            k = record_key(rec)
+            if k not in have:
+                new[k] = rec
+    with AppendWriter(out) as writer:
+        writer.write_batch([new[k] for k in sorted(new)])
+    for part in parts:
+        part.unlink()
+    return len(new)

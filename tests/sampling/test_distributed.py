@@ -1,0 +1,33 @@
+import pytest
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from elfreg.sampling.config import SamplerConfig
+from elfreg.sampling.results_io import read_records
+from elfreg.sampling.run import generate_to_file, read_prompts
+
+from _fixtures import pipeline, strip_timing, write_prompts
+
+CFG = SamplerConfig(sampler="renoise", nfe=4, rho=2, seed=7)
+
+
+def _worker(rank, world, store, prompts_path, out):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        generate_to_file(pipeline(CFG, 2), read_prompts(prompts_path), out, samples=3, rank=rank, world=world,
+                         progress=False)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.dist
+def test_two_gloo_ranks_match_single_process(tmp_path):
+    prompts_path = write_prompts(tmp_path / "p.jsonl")
+    single = tmp_path / "single.jsonl"
+    generate_to_file(pipeline(CFG, 5), read_prompts(prompts_path), single, samples=3, progress=False)
+    sharded = tmp_path / "sharded.jsonl"
+    mp.spawn(_worker, args=(2, str(tmp_path / "store"), str(prompts_path), str(sharded)), nprocs=2, join=True)
+    assert not list(tmp_path.glob("sharded.rank*"))
+    recs = read_records(sharded)
+    assert len(recs) == 15
+    assert strip_timing(recs) == strip_timing(read_records(single))
