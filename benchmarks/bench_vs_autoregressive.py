@@ -1,0 +1,92 @@
+"""Generation speed: ELF-REG early-stop sampling against a KV-cached autoregressive transformer of matched size.
+
+Run: PYTHONPATH=src python benchmarks/bench_vs_autoregressive.py [--nfe 8 16 32 64] [--batch 1 16] [--threads 1]
+Both produce the same number of response tokens (canvas L minus a P-token prompt). The AR model is a
+randomly initialised transformers LlamaForCausalLM with the student's depth, width, heads, SwiGLU width
+and vocabulary, generating greedily with use_cache=True. Printed per batch: seconds per batch of each,
+the ratio diffusion / AR per N, and the N at which the two cross (from a least-squares line a + b N
+through the diffusion timings). The frozen prompt encoder is excluded from the diffusion time (it is one
+forward over the prompt, like the AR prefill that *is* included) — see docs/sampling.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from bench_sampler import BenchConfig, build_student, inputs  # same folder
+from elfreg.sampling import SamplerConfig, sample
+
+
+def build_ar(cfg: BenchConfig):
+    """Llama of the student's block shape and vocabulary (untied head), random weights, eval mode."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    lc = LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.width, intermediate_size=int(8 * cfg.width / 3),
+                     num_hidden_layers=cfg.depth, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
+                     max_position_embeddings=4 * cfg.max_len, tie_word_embeddings=False, use_cache=True)
+    torch.manual_seed(0)
+    return LlamaForCausalLM(lc).eval()
+
+
+def seconds(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nfe", type=int, nargs="+", default=[8, 16, 32, 64])
+    ap.add_argument("--batch", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--prompt-len", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = BenchConfig()
+    student, name = build_student(cfg)
+    ar = build_ar(cfg)
+    new_tokens = cfg.max_len - args.prompt_len
+    count = lambda m: sum(p.numel() for p in m.parameters()) / 1e6  # noqa: E731
+    print(f"diffusion: {name}, {count(student):.2f}M parameters; AR: LlamaForCausalLM {count(ar):.2f}M parameters")
+    print(f"prompt {args.prompt_len} tokens, {new_tokens} new tokens, torch threads {args.threads}, "
+          f"min of {args.repeats} interleaved repeats")
+    for batch in args.batch:
+        x, mask = inputs(cfg, batch, args.prompt_len)
+        keys = [(i, 0) for i in range(batch)]
+        ids = torch.randint(2, cfg.vocab_size, (batch, args.prompt_len), generator=torch.Generator().manual_seed(0))
+
+        def run_ar() -> None:
+            with torch.inference_mode():
+                out = ar.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                  min_new_tokens=new_tokens, do_sample=False, use_cache=True,
+                                  pad_token_id=0, eos_token_id=None)
+            assert out.shape[1] == args.prompt_len + new_tokens
+
+        run_ar()  # warm-up
+        diff: dict[int, list[float]] = {n: [] for n in args.nfe}
+        ar_times: list[float] = []
+        for _ in range(args.repeats):
+            ar_times.append(seconds(run_ar))
+            for n in args.nfe:
+                scfg = SamplerConfig(sampler="early-stop", nfe=n, rho=8)
+                diff[n].append(seconds(lambda: sample(student, x, mask, scfg, keys)))
+        t_ar = min(ar_times)
+        print(f"\nbatch {batch}: AR generate {t_ar:.3f} s/batch ({batch * new_tokens / t_ar:.0f} tok/s)")
+        print(f"{'N':>4} {'diffusion s':>12} {'tok/s':>8} {'diffusion/AR':>13}")
+        ns = torch.tensor(args.nfe, dtype=torch.float64)
+        ts = torch.tensor([min(diff[n]) for n in args.nfe], dtype=torch.float64)
+        for n, t in zip(args.nfe, ts.tolist()):
+            print(f"{n:>4} {t:>12.3f} {batch * new_tokens / t:>8.0f} {t / t_ar:>12.2f}x")
+        a_mat = torch.stack([torch.ones_like(ns), ns], dim=1)
+        a, b = torch.linalg.lstsq(a_mat, ts[:, None]).solution.flatten().tolist()
+        cross = (t_ar - a) / b if b > 0 else float("inf")
+        print(f"diffusion time ~ {a:.4f} + {b:.5f} N s; crosses the AR time at N ~ {cross:.1f} "
+              f"(diffusion faster below it)")
+
+
+if __name__ == "__main__":
+    main()
