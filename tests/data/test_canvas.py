@@ -1,5 +1,4 @@
 import importlib.metadata
-import time
 
 import pytest
 import torch
@@ -108,9 +107,7 @@ def test_real_smollm2_tokenizer_canvas():
     from transformers import AutoTokenizer
 
     path = _smollm2_gguf()
-    t0 = time.time()
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    load_s = time.time() - t0
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)  # ~4 s here
     cfg = CanvasConfig.for_task("math")
     prompt = "Question: What is 2+3?\nAnswer:"
     c = build_canvas(prompt, "2+3=5\n#### 5", tok, cfg)
@@ -120,4 +117,3 @@ def test_real_smollm2_tokenizer_canvas():
     decoded = tok.decode(c.input_ids[c.prompt_len:c.prompt_len + c.content_len])
     assert decoded == "2+3=5\n#### 5"
     assert c.reg_source_index == c.prompt_len + c.content_len - 1
-    assert load_s < 60, f"SmolLM2 tokenizer took {load_s:.0f}s to load; mark this test slow"

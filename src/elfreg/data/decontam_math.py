@@ -4,7 +4,8 @@ A *group* is all training rows whose question has the same number-masked templat
 punctuation and the values of numbers ignored) — the many solutions of one problem and its
 renamed-number variants. A row *matches* a benchmark question by (1) equal normalised text,
 (2) equal template (only for templates of >= min_template_words words, so "compute 0 0" does not
-swallow a whole topic), or (3) word n-gram Jaccard >= jaccard_threshold on the masked text.
+swallow a whole topic), or (3) word n-gram Jaccard >= jaccard_threshold on the masked text (texts of at least
+max(ngram, min_template_words) words).
 One matching row removes its whole group.
 """
 
@@ -72,7 +73,13 @@ class MathMatcher:
             tmpl = template_words(item.prompt)
             if len(tmpl) >= cfg.min_template_words:
                 self._template.setdefault(_digest(" ".join(tmpl)), i)
-            self._index.add(ngram_set(tmpl, cfg.ngram))
+            # Short texts get an empty gram set: their single whole-text gram would be the template rule again.
+            self._index.add(self._grams(tmpl))
+
+    def _grams(self, tmpl: list[str]) -> frozenset[str]:
+        if len(tmpl) < max(self.cfg.ngram, self.cfg.min_template_words):
+            return frozenset()
+        return ngram_set(tmpl, self.cfg.ngram)
 
     def _match(self, reason: str, i: int, score: float = 1.0) -> Match:
         return Match(reason, self.items[i].benchmark, self.items[i].id, score)
@@ -87,7 +94,7 @@ class MathMatcher:
             i = self._template.get(_digest(" ".join(tmpl)))
             if i is not None:
                 return self._match("template", i)
-        best = max(self._index.hits(ngram_set(tmpl, self.cfg.ngram)), key=lambda h: h.jaccard, default=None)
+        best = max(self._index.hits(self._grams(tmpl)), key=lambda h: h.jaccard, default=None)
         if best is not None and best.jaccard >= self.cfg.jaccard_threshold:
             return self._match("ngram", best.doc, best.jaccard)
         return None
