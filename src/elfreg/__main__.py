@@ -1,0 +1,5 @@
+import sys
+
+from elfreg.cli import main
+
+sys.exit(main())

@@ -1,0 +1,226 @@
+"""Frozen encoder and teacher: transformers models cut to the layers needed, run without gradients (spec §1–2).
+
+Layer k means the hidden state after block k (1-based), read with a forward hook, so a model cut to k blocks
+gives exactly what the full model gives at layer k; -1 means the model's own final output.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from elfreg.config import BackboneConfig
+
+log = logging.getLogger(__name__)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``auto`` -> bf16 where the device runs it natively (CUDA with bf16, CPUs with AVX512-BF16/AMX), else fp32."""
+    if dtype == "float32":
+        return torch.float32
+    if dtype == "bfloat16":
+        return torch.bfloat16
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    if device.type == "cpu":
+        native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+        return torch.bfloat16 if native else torch.float32
+    return torch.float32
+
+
+def _check_source(name_or_path: str, gguf_file: str | None, field: str) -> None:
+    """A local-looking path that does not exist is a clear error, not a hub lookup that fails later."""
+    looks_local = name_or_path.startswith((".", "/", "~")) or os.path.exists(name_or_path)
+    if looks_local:
+        path = Path(name_or_path).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"{field}: model path {path} does not exist")
+        if gguf_file is not None and not (path / gguf_file).is_file():
+            raise FileNotFoundError(f"{field}: GGUF file {path / gguf_file} does not exist")
+
+
+def load_tokenizer(name_or_path: str, gguf_file: str | None = None, revision: str | None = None):
+    """The tokenizer of a backbone (hub id or local folder, optionally a GGUF file inside it)."""
+    from transformers import AutoTokenizer
+
+    _check_source(name_or_path, gguf_file, "backbones.encoder")
+    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    return AutoTokenizer.from_pretrained(name_or_path, revision=revision, **kwargs)
+
+
+def check_same_tokenizer(a, b, names: tuple[str, str] = ("encoder", "teacher")) -> None:
+    """Hard error unless two tokenizers map every string to the same ids (REPA aligns positions 1:1)."""
+    problems = []
+    if len(a) != len(b):
+        problems.append(f"sizes differ ({len(a)} vs {len(b)})")
+    if a.eos_token_id != b.eos_token_id:
+        problems.append(f"EOS ids differ ({a.eos_token_id} vs {b.eos_token_id})")
+    if not problems and a.get_vocab() != b.get_vocab():
+        problems.append("vocabularies differ")
+    if problems:
+        raise ValueError(f"{names[0]} and {names[1]} tokenizers differ: {'; '.join(problems)}. "
+                         "ELF-REG needs one shared tokenizer (REPA aligns position i with position i).")
+
+
+def find_layer_list(model: nn.Module) -> tuple[nn.Module, str]:
+    """(parent module, attribute) of the ModuleList of transformer blocks."""
+    n = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "num_layers", None)
+    candidates = []
+    for name, module in model.named_modules():
+        for attr, child in module.named_children():
+            if isinstance(child, nn.ModuleList) and len(child) > 0 and (n is None or len(child) == n):
+                candidates.append((module, attr, f"{name}.{attr}" if name else attr))
+    if not candidates:
+        raise ValueError(f"cannot find the block list of {type(model).__name__}")
+    return candidates[0][0], candidates[0][1]
+
+
+def is_causal(config) -> bool:
+    """Whether a model attends causally (decoder-only LM): then prompt states never depend on what follows."""
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+
+    if getattr(config, "is_encoder_decoder", False):
+        return False
+    if getattr(config, "is_decoder", False):
+        return True
+    if any(a.endswith("ForCausalLM") for a in (getattr(config, "architectures", None) or [])):
+        return True
+    kind = getattr(config, "model_type", "")
+    return kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+
+class FrozenBackbone:
+    """A frozen transformers model cut to its deepest needed block; returns hidden states at chosen layers."""
+
+    def __init__(self, name_or_path: str, layers: list[int], gguf_file: str | None = None,
+                 revision: str | None = None, dtype: str = "auto", device: str | torch.device = "cpu",
+                 field: str = "backbones.encoder") -> None:
+        from transformers import AutoModel
+
+        _check_source(name_or_path, gguf_file, field)
+        self.name = name_or_path
+        self.gguf_file = gguf_file
+        self.device = torch.device(device)
+        kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+        model = AutoModel.from_pretrained(name_or_path, revision=revision, **kwargs)
+        total = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "num_layers", None)
+        for k in layers:
+            if k != -1 and (total is None or k > total):
+                raise ValueError(f"{field}: layer {k} requested but {name_or_path} has {total} blocks")
+        self.layers = sorted(set(layers))
+        self.total_layers = total
+        self.causal = is_causal(model.config)
+        if -1 not in self.layers:
+            parent, attr = find_layer_list(model)
+            keep = max(self.layers)
+            setattr(parent, attr, getattr(parent, attr)[:keep])
+            self._hook_blocks = getattr(parent, attr)
+        else:
+            self._hook_blocks = None
+        self.kept_layers = len(self._hook_blocks) if self._hook_blocks is not None else total
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.model = model.to(self.device).eval().requires_grad_(False)
+        self.width = model.config.hidden_size
+
+    @torch.no_grad()
+    def hidden_states(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> dict[int, Tensor]:
+        """input_ids (B, S) -> {layer: (B, S, width) fp32}; right padding only (causal models need no position ids)."""
+        captured: dict[int, Tensor] = {}
+        handles = []
+        if self._hook_blocks is not None:
+            for k in self.layers:
+                def hook(_m, _inp, out, k=k):
+                    captured[k] = out[0] if isinstance(out, tuple) else out
+                handles.append(self._hook_blocks[k - 1].register_forward_hook(hook))
+        try:
+            ids = input_ids.to(self.device)
+            mask = attention_mask.to(self.device) if attention_mask is not None else None
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.dtype == torch.bfloat16):
+                out = self.model(input_ids=ids, attention_mask=mask, use_cache=False)
+            if -1 in self.layers:
+                captured[-1] = out.last_hidden_state
+        finally:
+            for h in handles:
+                h.remove()
+        return {k: captured[k].float() for k in self.layers}
+
+
+@dataclass
+class CanvasFeatures:
+    """Frozen features of a batch of canvases (raw, not yet standardised).
+
+    x: (B, L, d) encoder states. teacher: (B, L, d_t) teacher REPA-layer states or None.
+    reg: (B, d_r) teacher REG-layer state at the REG source token, or None.
+    teacher_at_source: (B, d_t) teacher REPA-layer state at the REG source token, or None.
+    """
+
+    x: Tensor
+    teacher: Tensor | None = None
+    reg: Tensor | None = None
+    teacher_at_source: Tensor | None = None
+
+
+class Backbones:
+    """The frozen encoder and (optionally) teacher; one model is shared when both name the same checkpoint."""
+
+    def __init__(self, cfg: BackboneConfig, device: str | torch.device = "cpu", need_teacher: bool = True) -> None:
+        self.cfg = cfg
+        self.tokenizer = load_tokenizer(cfg.encoder, cfg.encoder_gguf_file, cfg.revision)
+        teacher_layers = [cfg.teacher_repa_layer, cfg.teacher_reg_layer]
+        use_teacher = need_teacher and cfg.teacher is not None
+        same = use_teacher and (cfg.teacher, cfg.teacher_gguf_file) == (cfg.encoder, cfg.encoder_gguf_file)
+        enc_layers = [cfg.encoder_layer] + (teacher_layers if same else [])
+        self.encoder = FrozenBackbone(cfg.encoder, enc_layers, cfg.encoder_gguf_file, cfg.revision, cfg.dtype,
+                                      device, "backbones.encoder")
+        self.teacher: FrozenBackbone | None = None
+        if use_teacher:
+            if same:
+                self.teacher = self.encoder
+            else:
+                check_same_tokenizer(self.tokenizer, load_tokenizer(cfg.teacher, cfg.teacher_gguf_file, cfg.revision))
+                self.teacher = FrozenBackbone(cfg.teacher, teacher_layers, cfg.teacher_gguf_file, cfg.revision,
+                                              cfg.dtype, device, "backbones.teacher")
+
+    @property
+    def feature_dim(self) -> int:
+        return self.encoder.width
+
+    @property
+    def teacher_dim(self) -> int | None:
+        return self.teacher.width if self.teacher is not None else None
+
+    def encode(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """Encoder features (B, S, d) of token ids (B, S)."""
+        return self.encoder.hidden_states(input_ids, attention_mask)[self.cfg.encoder_layer]
+
+    def canvas_features(self, tokens: Tensor, reg_source: Tensor | None = None,
+                        prompt_len: Tensor | None = None) -> CanvasFeatures:
+        """Features of clean canvases tokens (B, L); reg_source (B,) indexes the REG source token (spec §2).
+
+        For a non-causal encoder the prompt is encoded on its own (needs ``prompt_len``), so prompt features never
+        depend on the response, exactly as at inference.
+        """
+        hs = self.encoder.hidden_states(tokens)
+        x = hs[self.cfg.encoder_layer]
+        if not self.encoder.causal:
+            if prompt_len is None:
+                raise ValueError("a non-causal encoder needs prompt_len to encode prompts on their own")
+            x = x.clone()
+            for i, p in enumerate(prompt_len.tolist()):
+                x[i, :p] = self.encode(tokens[i : i + 1, :p])[0]
+        out = CanvasFeatures(x=x)
+        if self.teacher is not None:
+            ths = hs if self.teacher is self.encoder else self.teacher.hidden_states(tokens)
+            out.teacher = ths[self.cfg.teacher_repa_layer]
+            if reg_source is not None:
+                rows = torch.arange(tokens.shape[0], device=out.teacher.device)
+                src = reg_source.to(out.teacher.device)
+                out.reg = ths[self.cfg.teacher_reg_layer][rows, src]
+                out.teacher_at_source = out.teacher[rows, src]
+        return out

@@ -1,0 +1,167 @@
+"""`elfreg data ...`: decontaminate training files; canvas-stats for a tokenizer (spec §2, §7)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+from typing import Any
+
+from elfreg.data.canvas import CanvasConfig, special_ids
+from elfreg.data.readers import ReadStats, iter_examples
+from elfreg.data.sources import SourceSpec, preset
+
+
+def _default_benchmarks() -> str:
+    return os.path.join(os.environ.get("ELFREG_SHARED", "shared"), "data")
+
+
+def _parse_columns(text: str) -> dict[str, str]:
+    out = {}
+    for part in text.split(","):
+        role, sep, column = part.partition("=")
+        if not sep or not role.strip() or not column.strip():
+            raise argparse.ArgumentTypeError(f"--columns: expected role=column[,role=column...], got {part!r}")
+        out[role.strip()] = column.strip()
+    return out
+
+
+def _specs(args: argparse.Namespace) -> list[SourceSpec]:
+    specs = []
+    for i, path in enumerate(args.input):
+        name = f"input{i}"
+        if args.preset:
+            spec = preset(args.preset, path=path, name=name, on_bad_row=args.on_bad_row)
+        else:
+            spec = SourceSpec(name=name, task=args.task, path=path, columns=args.columns,
+                              on_bad_row=args.on_bad_row)
+        if spec.task != args.task:
+            raise ValueError(f"--preset {args.preset} is a {spec.task} set, but --task is {args.task}")
+        specs.append(spec)
+    return specs
+
+
+def _rows(specs: list[SourceSpec], stats: dict[str, ReadStats]) -> Any:
+    for spec in specs:
+        stats[spec.name] = ReadStats()
+        yield from iter_examples(spec, stats[spec.name])
+
+
+def cmd_decontaminate(args: argparse.Namespace) -> int:
+    """Write the rows that survive decontamination and a JSON report."""
+    from elfreg.data.benchmarks import load_code_benchmarks, load_math_benchmarks
+    from elfreg.data.decontam import (DecontamReport, decontaminate_code, decontaminate_math,
+                                      write_json_atomic, write_jsonl_atomic)
+    from elfreg.data.decontam_code import CodeDecontamConfig, CodeMatcher
+    from elfreg.data.decontam_math import MathDecontamConfig, MathMatcher
+
+    specs = _specs(args)
+    stats: dict[str, ReadStats] = {}
+    report = DecontamReport(task=args.task)
+    if args.task == "math":
+        matcher = MathMatcher(load_math_benchmarks(args.benchmarks),
+                              MathDecontamConfig(ngram=args.ngram, jaccard_threshold=args.jaccard))
+        kept = decontaminate_math(lambda: _rows(specs, stats), matcher, report)
+    else:
+        cmatcher = CodeMatcher(load_code_benchmarks(args.benchmarks),
+                               CodeDecontamConfig(ngram=args.ngram, jaccard_threshold=args.jaccard))
+        kept = decontaminate_code(_rows(specs, stats), cmatcher, report)
+    write_jsonl_atomic(args.output, kept)
+    out = report.as_dict()
+    out["inputs"] = {s.path: stats[s.name].as_dict() for s in specs}
+    write_json_atomic(args.report, out)
+    print(json.dumps({k: out[k] for k in ("rows_in", "rows_kept", "rows_dropped", "by_reason", "by_benchmark",
+                                          "groups_dropped")}))
+    return 0
+
+
+def _percentiles(values: list[int]) -> dict[str, float]:
+    if not values:
+        return {}
+    v = sorted(values)
+    pick = lambda q: v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))]  # noqa: E731
+    return {"min": v[0], "p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "max": v[-1],
+            "mean": round(sum(v) / len(v), 2)}
+
+
+def cmd_canvas_stats(args: argparse.Namespace) -> int:
+    """Print how many rows fit the canvas and prompt/response token-length statistics."""
+    from transformers import AutoTokenizer
+
+    from elfreg.data.templates import apply_template
+
+    kwargs = {"gguf_file": args.gguf_file} if args.gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, **kwargs)
+    cfg = CanvasConfig.for_task(args.task, **({"canvas_len": args.canvas_len} if args.canvas_len else {}),
+                                **({"prompt_cap": args.prompt_cap} if args.prompt_cap else {}))
+    specs = _specs(args)
+    stats: dict[str, ReadStats] = {}
+    rows = _rows(specs, stats)
+    if args.limit:
+        rows = itertools.islice(rows, args.limit)
+    p_lens, r_lens = [], []
+    fit = prompt_over = canvas_over = 0
+    for example in rows:
+        prompt, response = apply_template(example, args.task)
+        p = len(tokenizer(prompt, add_special_tokens=cfg.add_special_tokens)["input_ids"])
+        r = len(tokenizer(response, add_special_tokens=False)["input_ids"])
+        p_lens.append(p)
+        r_lens.append(r)
+        if p > cfg.prompt_cap:
+            prompt_over += 1
+        elif p + r + 1 > cfg.canvas_len:
+            canvas_over += 1
+        else:
+            fit += 1
+    print(json.dumps({"rows": len(p_lens), "fit": fit, "prompt_too_long": prompt_over,
+                      "canvas_too_long": canvas_over, "canvas_len": cfg.canvas_len, "prompt_cap": cfg.prompt_cap,
+                      "eos_id": tokenizer.eos_token_id, "special_ids": sorted(special_ids(tokenizer)),
+                      "prompt_tokens": _percentiles(p_lens), "response_tokens": _percentiles(r_lens)}, indent=2))
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", choices=("math", "code"), required=True)
+    p.add_argument("--input", nargs="+", required=True, help="JSONL(.gz)/Parquet file(s), glob or folder")
+    p.add_argument("--preset", default=None, help="column mapping and filter of a known set (e.g. gsm8k-train)")
+    p.add_argument("--columns", type=_parse_columns, default={"prompt": "prompt", "response": "response"},
+                   help="role=column pairs, e.g. prompt=question,response=answer (default: prompt/response)")
+    p.add_argument("--on-bad-row", choices=("error", "skip"), default="error")
+
+
+def register(subparsers: Any) -> None:
+    """Add `data` with subcommands `decontaminate` and `canvas-stats` to an argparse subparsers object."""
+    data = subparsers.add_parser("data", help="training data: decontamination, canvas statistics")
+    sub = data.add_subparsers(dest="data_command", required=True)
+
+    dec = sub.add_parser("decontaminate", help="drop rows matching benchmark test problems; write rows + report")
+    _common(dec)
+    dec.add_argument("--output", required=True, help="cleaned JSONL (prompt/response/answer/id/source)")
+    dec.add_argument("--report", required=True, help="JSON report of dropped rows and counts")
+    dec.add_argument("--benchmarks", default=_default_benchmarks(), help="shared/data folder with the test sets")
+    dec.add_argument("--ngram", type=int, default=8)
+    dec.add_argument("--jaccard", type=float, default=0.5)
+    dec.set_defaults(func=cmd_decontaminate)
+
+    cs = sub.add_parser("canvas-stats", help="how many rows fit the canvas; token length statistics")
+    _common(cs)
+    cs.add_argument("--tokenizer", required=True, help="tokenizer folder or hub id")
+    cs.add_argument("--gguf-file", default=None, help="GGUF file name inside --tokenizer")
+    cs.add_argument("--canvas-len", type=int, default=None)
+    cs.add_argument("--prompt-cap", type=int, default=None)
+    cs.add_argument("--limit", type=int, default=None, help="read only the first N rows")
+    cs.set_defaults(func=cmd_canvas_stats)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry point: python -m elfreg.data.cli data ..."""
+    parser = argparse.ArgumentParser(prog="elfreg")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

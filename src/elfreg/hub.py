@@ -1,0 +1,159 @@
+"""``ElfModel``: a trained student with its config, feature statistics and frozen encoder; safetensors, never pickle.
+
+A model folder holds ``config.json`` (the resolved ElfRegConfig), ``model.safetensors`` (student weights, EMA
+weights when saved from training) and ``stats.safetensors`` (per-feature standardisation statistics).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from elfreg.atomic import atomic_write, atomic_write_text
+from elfreg.config import ElfRegConfig
+from elfreg.configtools import from_dict, to_dict
+from elfreg.model.student import ElfStudent
+from elfreg.stats import FeatureStats
+
+FORMAT_VERSION = 1
+FILES = ("config.json", "model.safetensors", "stats.safetensors")
+
+
+def resolve_model_dir(name_or_path: str | Path, revision: str | None = None) -> Path:
+    """A local model folder, or a hub repo id downloaded through huggingface_hub."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        missing = [f for f in FILES[:2] if not (path / f).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{path} is not an elfreg model folder: missing {', '.join(missing)}")
+        return path
+    text = str(name_or_path)
+    if text.startswith((".", "/", "~")) or os.sep in text.strip("/").replace("/", "", 1):
+        raise FileNotFoundError(f"model folder {path} does not exist")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(text, revision=revision, allow_patterns=list(FILES)))
+    except Exception as exc:  # network errors, missing repos: say which model could not be had
+        raise FileNotFoundError(f"cannot load model {text!r} from the Hugging Face hub: {exc}") from exc
+
+
+class ElfModel:
+    """Student + config + standardisation statistics (+ the frozen encoder, loaded on first use)."""
+
+    def __init__(self, config: ElfRegConfig, student: ElfStudent, x_stats: FeatureStats,
+                 reg_stats: FeatureStats | None = None, teacher_stats: FeatureStats | None = None) -> None:
+        self.config = config
+        self.student = student
+        self.x_stats = x_stats
+        self.reg_stats = reg_stats
+        self.teacher_stats = teacher_stats
+        self._backbones = None
+        self._device = torch.device("cpu")
+
+    # -- construction -------------------------------------------------------------------------------------------
+    @classmethod
+    def new(cls, config: ElfRegConfig, x_stats: FeatureStats | None = None,
+            reg_stats: FeatureStats | None = None) -> "ElfModel":
+        """A freshly initialised model (identity statistics until estimated)."""
+        m = config.model
+        return cls(config, ElfStudent(m), x_stats or FeatureStats.identity(m.feature_dim),
+                   reg_stats or (FeatureStats.identity(m.reg_dim) if m.extra_token == "reg" else None))
+
+    def save_pretrained(self, folder: str | Path, state_dict: dict[str, Tensor] | None = None) -> Path:
+        """Write config.json, model.safetensors and stats.safetensors atomically; returns the folder."""
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        weights = {k: v.detach().cpu().contiguous() for k, v in (state_dict or self.student.state_dict()).items()}
+        atomic_write(folder / "model.safetensors", lambda p: save_file(weights, str(p), metadata={"format": "pt"}))
+        stats = self.x_stats.to_tensors("x")
+        if self.reg_stats is not None:
+            stats.update(self.reg_stats.to_tensors("reg"))
+        if self.teacher_stats is not None:
+            stats.update(self.teacher_stats.to_tensors("teacher"))
+        atomic_write(folder / "stats.safetensors", lambda p: save_file(stats, str(p)))
+        payload = {"elfreg_format": FORMAT_VERSION, **to_dict(self.config)}
+        atomic_write_text(folder / "config.json", json.dumps(payload, indent=2))
+        return folder
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, device: str | torch.device = "cpu",
+                        revision: str | None = None) -> "ElfModel":
+        """Load a model folder or hub repo id written by ``save_pretrained``."""
+        from safetensors.torch import load_file
+
+        folder = resolve_model_dir(name_or_path, revision)
+        try:
+            payload = json.loads((folder / "config.json").read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{folder / 'config.json'}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+        version = payload.pop("elfreg_format", None)
+        if version != FORMAT_VERSION:
+            raise ValueError(f"{folder / 'config.json'}: unsupported elfreg_format {version!r}")
+        config = from_dict(ElfRegConfig, payload)
+        student = ElfStudent(config.model)
+        weights = load_file(str(folder / "model.safetensors"))
+        missing, unexpected = student.load_state_dict(weights, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"{folder / 'model.safetensors'} does not match the config: "
+                             f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+        stats = load_file(str(folder / "stats.safetensors")) if (folder / "stats.safetensors").is_file() else {}
+        x_stats = FeatureStats.from_tensors(stats, "x") or FeatureStats.identity(config.model.feature_dim)
+        model = cls(config, student.eval(), x_stats, FeatureStats.from_tensors(stats, "reg"),
+                    FeatureStats.from_tensors(stats, "teacher"))
+        return model.to(device)
+
+    def to(self, device: str | torch.device) -> "ElfModel":
+        self._device = torch.device(device)
+        self.student.to(self._device)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    # -- the frozen encoder (inference) -------------------------------------------------------------------------
+    @property
+    def backbones(self):
+        """The frozen encoder (and no teacher: inference never needs it), loaded on first use."""
+        if self._backbones is None:
+            from elfreg.backbones import Backbones
+
+            self._backbones = Backbones(self.config.backbones, self._device, need_teacher=False)
+        return self._backbones
+
+    def attach_backbones(self, backbones) -> None:
+        """Reuse already-loaded backbones (training, tests) instead of loading them again."""
+        self._backbones = backbones
+
+    @property
+    def tokenizer(self):
+        return self.backbones.tokenizer
+
+    def encode_prompts(self, prompts: list[str]) -> tuple[Tensor, Tensor, list[list[int]]]:
+        """Prompts -> (x_prompt (B, L, d) standardised, prompt_mask (B, L) bool, prompt token ids); L = max_len."""
+        tok = self.tokenizer
+        cfg = self.config.model
+        ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        for i, row in enumerate(ids):
+            if not row:
+                raise ValueError(f"prompt {i} is empty after tokenisation")
+            if len(row) > cfg.max_prompt_len:
+                raise ValueError(f"prompt {i} has {len(row)} tokens, over model.max_prompt_len={cfg.max_prompt_len}")
+        width = max(len(r) for r in ids)
+        pad = tok.eos_token_id
+        batch = torch.tensor([r + [pad] * (width - len(r)) for r in ids], dtype=torch.long)
+        attn = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in ids], dtype=torch.long)
+        h = self.backbones.encode(batch, attn)  # right padding: real positions never see the pads
+        x = torch.zeros(len(ids), cfg.max_len, cfg.feature_dim, device=h.device)
+        mask = torch.zeros(len(ids), cfg.max_len, dtype=torch.bool, device=h.device)
+        for i, row in enumerate(ids):
+            x[i, : len(row)] = self.x_stats.standardize(h[i, : len(row)])
+            mask[i, : len(row)] = True
+        return x.to(self._device), mask.to(self._device), ids

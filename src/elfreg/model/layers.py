@@ -1,0 +1,140 @@
+"""Building blocks of the ELF student (spec §1; reference facts §1.4–1.7)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def init_linear(layer: nn.Linear) -> nn.Linear:
+    """Xavier-uniform weight and zero bias, the reference initialisation of every Linear."""
+    nn.init.xavier_uniform_(layer.weight)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a learnable weight and no bias; the variance is computed in fp32."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * self.weight.float()).to(x.dtype)
+
+
+def rope_tables(num_identity: int, length: int, head_dim: int, theta: float, device=None) -> tuple[Tensor, Tensor]:
+    """cos/sin tables (S, head_dim/2) for interleaved RoPE; the first ``num_identity`` rows do not rotate.
+
+    Prefix tokens (and the REG/OLT token) get identity rotation; text positions are 0..length-1.
+    """
+    inv = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim)
+    pos = torch.arange(length, dtype=torch.float64, device=device)
+    ang = torch.outer(pos, inv)
+    cos = torch.cat([torch.ones(num_identity, inv.numel(), dtype=torch.float64, device=device), ang.cos()])
+    sin = torch.cat([torch.zeros(num_identity, inv.numel(), dtype=torch.float64, device=device), ang.sin()])
+    return cos.float(), sin.float()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (2i, 2i+1) of ``x`` (B, heads, S, head_dim) by the angles in cos/sin (S, head_dim/2)."""
+    xf = x.float().unflatten(-1, (-1, 2))
+    x0, x1 = xf[..., 0], xf[..., 1]
+    out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
+    return out.flatten(-2).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Bidirectional multi-head attention: fused qkv (bias), qk-RMSNorm before RoPE, SDPA, output projection."""
+
+    def __init__(self, width: int, heads: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.heads = heads
+        self.head_dim = width // heads
+        self.qkv = init_linear(nn.Linear(width, 3 * width, bias=True))
+        self.q_norm = RMSNorm(self.head_dim, eps)
+        self.k_norm = RMSNorm(self.head_dim, eps)
+        self.proj = init_linear(nn.Linear(width, width, bias=True))
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """x (B, S, width) -> (B, S, width)."""
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q = apply_rope(self.q_norm(q), cos, sin)
+        k = apply_rope(self.k_norm(k), cos, sin)
+        out = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(out.transpose(1, 2).reshape(b, s, -1))
+
+
+class SwiGLU(nn.Module):
+    """SwiGLU MLP with a fused gate/up projection: w3(silu(a) * b), [a | b] = w12(x)."""
+
+    def __init__(self, width: int, hidden: int) -> None:
+        super().__init__()
+        self.w12 = init_linear(nn.Linear(width, 2 * hidden, bias=True))
+        self.w3 = init_linear(nn.Linear(hidden, width, bias=True))
+
+    def forward(self, x: Tensor) -> Tensor:
+        a, b = self.w12(x).chunk(2, dim=-1)
+        return self.w3(F.silu(a) * b)
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + Attn(norm(x)), then x + MLP(norm(x)); no adaLN."""
+
+    def __init__(self, width: int, heads: int, mlp_hidden: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.norm1 = RMSNorm(width, eps)
+        self.attn = Attention(width, heads, eps)
+        self.norm2 = RMSNorm(width, eps)
+        self.mlp = SwiGLU(width, mlp_hidden)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        x = x + self.attn(self.norm1(x), cos, sin)
+        return x + self.mlp(self.norm2(x))
+
+
+class ScalarEmbedder(nn.Module):
+    """Sinusoidal features of a raw scalar (t in [0,1] or w, not scaled by 1000) through a 2-layer SiLU MLP."""
+
+    def __init__(self, width: int, freq_dim: int = 256, max_period: float = 10_000.0) -> None:
+        super().__init__()
+        self.freq_dim = freq_dim
+        self.max_period = max_period
+        self.mlp = nn.Sequential(nn.Linear(freq_dim, width), nn.SiLU(), nn.Linear(width, width))
+        for layer in (self.mlp[0], self.mlp[2]):
+            nn.init.normal_(layer.weight, std=0.02)
+            nn.init.zeros_(layer.bias)
+
+    def features(self, s: Tensor) -> Tensor:
+        """(B,) -> (B, freq_dim): [cos | sin] of s * exp(-ln(max_period) k / half)."""
+        half = self.freq_dim // 2
+        freqs = torch.exp(-math.log(self.max_period) * torch.arange(half, dtype=torch.float32, device=s.device) / half)
+        args = s.float()[:, None] * freqs[None]
+        return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+    def forward(self, s: Tensor) -> Tensor:
+        return self.mlp(self.features(s))
+
+
+class RepaProjector(nn.Module):
+    """p_phi: a 3-layer position-wise SiLU MLP from the student width to the teacher width (spec §1, §4)."""
+
+    def __init__(self, width: int, hidden: int, out_dim: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            init_linear(nn.Linear(width, hidden)), nn.SiLU(),
+            init_linear(nn.Linear(hidden, hidden)), nn.SiLU(),
+            init_linear(nn.Linear(hidden, out_dim)),
+        )
+
+    def forward(self, u: Tensor) -> Tensor:
+        return self.net(u)

