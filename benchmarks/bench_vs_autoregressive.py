@@ -50,8 +50,10 @@ def main() -> None:
     student, name = build_student(cfg)
     ar = build_ar(cfg)
     new_tokens = cfg.max_len - args.prompt_len
-    count = lambda m: sum(p.numel() for p in m.parameters()) / 1e6  # noqa: E731
-    print(f"diffusion: {name}, {count(student):.2f}M parameters; AR: LlamaForCausalLM {count(ar):.2f}M parameters")
+    emb = ar.get_input_embeddings().weight.numel() + ar.get_output_embeddings().weight.numel()
+    ar_all = sum(p.numel() for p in ar.parameters())
+    print(f"diffusion: {name}; AR: LlamaForCausalLM body {(ar_all - emb) / 1e6:.2f}M + "
+          f"embeddings/head {emb / 1e6:.2f}M")
     print(f"prompt {args.prompt_len} tokens, {new_tokens} new tokens, torch threads {args.threads}, "
           f"min of {args.repeats} interleaved repeats")
     for batch in args.batch:

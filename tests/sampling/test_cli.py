@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from elfreg.sampling.cli import cmd_generate, register
+from elfreg.sampling.cli import LoadedModel, cmd_generate, register
 from elfreg.sampling.results_io import read_records
 
 from _fixtures import bundle, write_prompts
@@ -18,7 +18,8 @@ def _args(*argv):
 def _loader(calls):
     def load(model_dir, device):
         calls.append(model_dir)
-        return bundle()
+        net, enc, tok, mpl = bundle()
+        return LoadedModel(net, enc, tok, mpl)
     return load
 
 

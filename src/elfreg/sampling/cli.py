@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -13,7 +15,6 @@ from elfreg.sampling.config import GRIDS, SAMPLERS, SamplerConfig, w_for_task
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.run import generate_to_file, read_prompts
 
-Loaded = tuple[Any, Any, Any, "int | None"]  # (network, encoder, tokenizer, max_prompt_len)
 
 
 def register(subparsers: Any) -> None:
@@ -32,7 +33,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--eta", type=float, default=1.2, help="renoise noise multiplier")
     p.add_argument("--w", type=float, default=None, help="guidance scale w (default: --task preset, else 3)")
     p.add_argument("--task", default=None, help="w preset: gsm8k (3), math / code (2)")
-    p.add_argument("--sigma", type=float, default=2.0, help="noise scale of the initial state")
+    p.add_argument("--sigma", type=float, default=None, help="noise scale of y_0 (default: the model's training sigma)")
     p.add_argument("--drop-reg", action="store_true", help="ablation: omit the REG token at inference")
     p.add_argument("--samples", type=int, default=1, help="samples per prompt")
     p.add_argument("--seed", type=int, default=0, help="generation seed; sample noise = f(seed, prompt, sample)")
@@ -45,30 +46,47 @@ def register(subparsers: Any) -> None:
 def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
     """SamplerConfig from parsed arguments (ValueError naming the field on bad input)."""
     w = args.w if args.w is not None else (w_for_task(args.task) if args.task else SamplerConfig.w)
+    sigma = SamplerConfig.sigma if args.sigma is None else args.sigma
     return SamplerConfig(sampler=args.sampler, nfe=args.nfe, rho=args.rho, grid=args.grid, p=args.p, eta=args.eta,
-                         w=w, sigma=args.sigma, drop_reg=args.drop_reg, seed=args.seed)
+                         w=w, sigma=sigma, drop_reg=args.drop_reg, seed=args.seed)
 
 
-def load_elf_model(model_dir: str, device: torch.device) -> Loaded:
-    """Load network, prompt encoder, tokenizer and prompt limit from an ElfModel directory (src/elfreg/hub.py)."""
-    try:
-        from elfreg.hub import ElfModel  # the foundation's bundle of student + frozen encoder + tokenizer
-    except ImportError as exc:
-        raise RuntimeError(f"elfreg.hub.ElfModel is not available ({exc}); cannot load {model_dir}") from None
-    model = ElfModel.from_pretrained(model_dir)
-    if hasattr(model, "to"):
-        model = model.to(device)
-    network = getattr(model, "student", model)
-    tokenizer = model.tokenizer
-    if not hasattr(model, "prompt_token_ids"):
-        # fall back to plain tokenisation when the bundle has no prompt-specific tokeniser
-        model.prompt_token_ids = lambda prompts: [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    max_prompt_len = getattr(model, "max_prompt_len", None) or getattr(getattr(model, "config", None),
-                                                                        "max_prompt_len", None)
-    return network, model, tokenizer, max_prompt_len
+@dataclass
+class LoadedModel:
+    """What generation needs from a model folder."""
+
+    network: Any
+    encoder: Any
+    tokenizer: Any
+    max_prompt_len: int | None = None
+    sigma: float | None = None   # the training noise scale, used when --sigma is not given
 
 
-def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], Loaded] = load_elf_model) -> int:
+class ElfModelEncoder:
+    """Prompt encoder over an ElfModel: cheap tokenisation for validation, encode_prompts for features."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def prompt_token_ids(self, prompts: list[str]) -> list[list[int]]:
+        # the same tokenisation ElfModel.encode_prompts uses (no special tokens)
+        tok = self.model.tokenizer
+        return [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+
+    def encode_prompts(self, prompts: list[str]) -> Any:
+        return self.model.encode_prompts(prompts)
+
+
+def load_elf_model(model_dir: str, device: torch.device) -> LoadedModel:
+    """Load an ElfModel folder (src/elfreg/hub.py): student, frozen encoder, tokenizer, prompt cap, sigma."""
+    from elfreg.hub import ElfModel
+
+    model = ElfModel.from_pretrained(model_dir, device=device)
+    return LoadedModel(network=model.student, encoder=ElfModelEncoder(model), tokenizer=model.tokenizer,
+                       max_prompt_len=model.config.model.max_prompt_len, sigma=model.config.objective.sigma)
+
+
+def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], LoadedModel] = load_elf_model) -> int:
     """Run `elfreg generate`; returns an exit code (2 for bad input, found before any generation)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     try:
@@ -92,9 +110,11 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     else:
         device = torch.device("cpu")
-    network, encoder, tokenizer, max_prompt_len = load(args.model, device)
-    pipeline = GenerationPipeline(network, encoder, tokenizer, cfg, batch_size=args.batch_size,
-                                  max_prompt_len=max_prompt_len)
+    loaded = load(args.model, device)
+    if args.sigma is None and loaded.sigma is not None:
+        cfg = dataclasses.replace(cfg, sigma=loaded.sigma)
+    pipeline = GenerationPipeline(loaded.network, loaded.encoder, loaded.tokenizer, cfg, batch_size=args.batch_size,
+                                  max_prompt_len=loaded.max_prompt_len)
     try:
         pipeline.validate(prompts.prompts, prompts.source, prompts.lines)
     except ValueError as exc:

@@ -1,0 +1,85 @@
+"""The samplers and `elfreg generate` on the project's real ElfStudent / ElfModel (tiny sizes, random weights)."""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
+from elfreg.hub import ElfModel
+from elfreg.model.student import ElfStudent
+from elfreg.sampling.cli import cmd_generate, register
+from elfreg.sampling.config import SamplerConfig
+from elfreg.sampling.results_io import read_records
+from elfreg.sampling.samplers import sample
+
+
+def _student(extra_token="reg"):
+    torch.manual_seed(0)
+    net = ElfStudent(model_preset("tiny", extra_token=extra_token, repa=False)).eval()
+    torch.nn.init.normal_(net.final_linear.weight, std=0.1)   # zero-initialised head would make x_hat constant
+    return net
+
+
+def _inputs(net, b):
+    cfg = net.config
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(b, cfg.max_len, cfg.feature_dim, generator=g)
+    mask = torch.zeros(b, cfg.max_len, dtype=torch.bool)
+    for i in range(b):
+        mask[i, : 3 + 2 * i] = True
+    return x, mask
+
+
+@pytest.mark.parametrize("sampler", ["early-stop", "renoise"])
+def test_real_student_exact_nfe_and_batch_invariance(sampler):
+    net = _student()
+    x, mask = _inputs(net, 7)
+    keys = [(i, 3) for i in range(7)]
+    cfg = SamplerConfig(sampler=sampler, nfe=5, rho=4, seed=2)
+    big = sample(net, x, mask, cfg, keys)
+    assert big.count.denoiser_calls == 4 and big.count.decoder_calls == 1
+    for i in (0, 3, 6):   # first, middle and last row of the batch of 7
+        one = sample(net, x[i:i + 1], mask[i:i + 1], cfg, keys[i:i + 1])
+        assert torch.equal(one.token_ids[0], big.token_ids[i])
+        assert torch.allclose(one.text_state[0], big.text_state[i], atol=1e-5)
+    assert big.reg_state is not None and big.reg_state.shape == (7, net.config.reg_dim)
+
+
+def test_real_student_drop_reg_and_olt():
+    net = _student()
+    x, mask = _inputs(net, 2)
+    keep = sample(net, x, mask, SamplerConfig(nfe=4, rho=2), [(0, 0), (1, 0)])
+    drop = sample(net, x, mask, SamplerConfig(nfe=4, rho=2, drop_reg=True), [(0, 0), (1, 0)])
+    assert drop.reg_state is None and not torch.allclose(keep.text_state, drop.text_state)
+    olt = _student("olt")
+    assert sample(olt, x, mask, SamplerConfig(nfe=3, rho=2), [(0, 0), (1, 0)]).reg_state is None
+
+
+def test_generate_cli_with_a_saved_elf_model(tmp_path, tiny_lm_dir):
+    cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
+                                          max_len=16, max_prompt_len=8),
+                       backbones=BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=2, teacher=None,
+                                                dtype="float32"))
+    torch.manual_seed(0)
+    model = ElfModel.new(cfg)
+    torch.nn.init.normal_(model.student.final_linear.weight, std=0.1)
+    folder = model.save_pretrained(tmp_path / "model")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["what is 3 plus 4 ?", "sort a b c"]))
+    parser = argparse.ArgumentParser(prog="elfreg")
+    register(parser.add_subparsers(dest="command", required=True))
+    out = tmp_path / "out.jsonl"
+    args = parser.parse_args(["generate", "--model", str(folder), "--prompts", str(prompts), "--out", str(out),
+                              "--sampler", "renoise", "--nfe", "4", "--rho", "4", "--samples", "3", "--seed", "0",
+                              "--batch-size", "4", "--device", "cpu", "--no-progress"])
+    assert cmd_generate(args) == 0
+    recs = read_records(out)
+    assert sorted((r["prompt_index"], r["sample_index"]) for r in recs) == [(p, s) for p in range(2) for s in range(3)]
+    assert all(r["nfe_spent"] == 4 and r["sigma"] == cfg.objective.sigma and r["sampler"] == "renoise" for r in recs)
+    too_long = tmp_path / "long.jsonl"
+    too_long.write_text(json.dumps({"prompt": "what " * 9}) + "\n")
+    args = parser.parse_args(["generate", "--model", str(folder), "--prompts", str(too_long), "--out",
+                              str(tmp_path / "o2.jsonl"), "--nfe", "4", "--no-progress"])
+    assert cmd_generate(args) == 2 and not (tmp_path / "o2.jsonl").exists()
