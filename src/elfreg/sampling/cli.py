@@ -120,8 +120,12 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
     except ValueError as exc:
         print(f"elfreg generate: error: {exc}", file=sys.stderr)
         return 2
-    n = generate_to_file(pipeline, prompts, args.out, args.samples, rank=rank, world=world,
-                         progress=not args.no_progress)
+    try:
+        n = generate_to_file(pipeline, prompts, args.out, args.samples, rank=rank, world=world,
+                             progress=not args.no_progress)
+    finally:
+        if world > 1 and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     if rank == 0:
         print(f"elfreg generate: {n} new samples on rank 0 -> {args.out}", file=sys.stderr)
     return 0

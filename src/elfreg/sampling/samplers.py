@@ -86,18 +86,18 @@ def sample(network: StudentLike, x_prompt: torch.Tensor, prompt_mask: torch.Tens
             y, r = d_j, dr_j            # early-stop / renoise decode the last clean prediction d_{N-2}
             break
         t_next = dev_times[:, j + 1]
-        if cfg.sampler == "renoise":
+        if cfg.sampler == "renoise":   # re-noising step (spec §5.1)
             xi, xi_r = _draw_rows(noise_gens, length, d, d_r if has_reg_token else 0)
             y = torch.where(keep, x_prompt, renoise_step(d_j, t_next, xi.to(device), cfg.eta, cfg.sigma))
             if r is not None:
                 r = renoise_step(dr_j, t_next, xi_r.to(device), cfg.eta, cfg.sigma)
-        else:
+        else:                          # Euler step (spec §5)
             y = euler_step(y, d_j, t_j, t_next, cfg.t_eps)
             if r is not None:
                 r = euler_step(r, dr_j, t_j, t_next, cfg.t_eps)
-        q, r_q = d_j, dr_j
+        q, r_q = d_j, dr_j             # self-conditioning on the last clean prediction
 
-    token_ids = decode_token_ids(counter, y, r, w)
+    token_ids = decode_token_ids(counter, y, r, w)   # the one decoder call: NFE = (N - 1) + 1
     return SampleOutput(token_ids=token_ids.cpu(), text_state=y, reg_state=r, times=times,
                         exit_time=exit_time, count=counter.count)
 
