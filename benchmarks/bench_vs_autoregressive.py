@@ -2,8 +2,9 @@
 
 Run: PYTHONPATH=src python benchmarks/bench_vs_autoregressive.py [--nfe 8 16 32 64] [--batch 1 16] [--threads 1]
 Both produce the same number of response tokens (canvas L minus a P-token prompt). The AR model is a
-randomly initialised transformers LlamaForCausalLM with the student's depth, width, heads, SwiGLU width
-and vocabulary, generating greedily with use_cache=True. Printed per batch: seconds per batch of each,
+randomly initialised transformers LlamaForCausalLM with the student's width, heads, SwiGLU width and
+vocabulary and as many blocks as match the student's body parameter count (the student's input/output
+projections count too), generating greedily with use_cache=True. Printed per batch: seconds per batch of each,
 the ratio diffusion / AR per N, and the N at which the two cross (from a least-squares line a + b N
 through the diffusion timings). The frozen prompt encoder is excluded from the diffusion time (it is one
 forward over the prompt, like the AR prefill that *is* included) — see docs/sampling.md.
@@ -20,15 +21,26 @@ from bench_sampler import BenchConfig, build_student, inputs  # same folder
 from elfreg.sampling import SamplerConfig, sample
 
 
-def build_ar(cfg: BenchConfig):
-    """Llama of the student's block shape and vocabulary (untied head), random weights, eval mode."""
+def build_ar(cfg: BenchConfig, depth: int):
+    """Llama of the student's width, heads, SwiGLU width and vocabulary (untied head), random weights, eval mode."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     lc = LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.width, intermediate_size=int(8 * cfg.width / 3),
-                     num_hidden_layers=cfg.depth, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
+                     num_hidden_layers=depth, num_attention_heads=cfg.heads, num_key_value_heads=cfg.heads,
                      max_position_embeddings=4 * cfg.max_len, tie_word_embeddings=False, use_cache=True)
     torch.manual_seed(0)
     return LlamaForCausalLM(lc).eval()
+
+
+def matched_depth(cfg: BenchConfig, student_body: int) -> int:
+    """AR depth whose non-embedding parameter count is closest to the student's body (no vocab head)."""
+    def body(depth: int) -> int:
+        m = build_ar(cfg, depth)
+        return sum(p.numel() for p in m.parameters()) - m.get_input_embeddings().weight.numel() \
+            - m.get_output_embeddings().weight.numel()
+    one, two = body(1), body(2)
+    per_layer, base = two - one, 2 * one - two
+    return max(1, round((student_body - base) / per_layer))
 
 
 def seconds(fn) -> float:
@@ -44,16 +56,18 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ar-depth", type=int, default=0,
+                    help="AR blocks (default 0: match the student's body parameter count)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = BenchConfig()
     student, name = build_student(cfg)
-    ar = build_ar(cfg)
+    ar = build_ar(cfg, args.ar_depth or matched_depth(cfg, student.num_parameters("body")))
     new_tokens = cfg.max_len - args.prompt_len
     emb = ar.get_input_embeddings().weight.numel() + ar.get_output_embeddings().weight.numel()
     ar_all = sum(p.numel() for p in ar.parameters())
-    print(f"diffusion: {name}; AR: LlamaForCausalLM body {(ar_all - emb) / 1e6:.2f}M + "
-          f"embeddings/head {emb / 1e6:.2f}M")
+    print(f"diffusion: {name}; AR: LlamaForCausalLM {ar.config.num_hidden_layers}x{cfg.width}, "
+          f"body {(ar_all - emb) / 1e6:.2f}M + embeddings/head {emb / 1e6:.2f}M")
     print(f"prompt {args.prompt_len} tokens, {new_tokens} new tokens, torch threads {args.threads}, "
           f"min of {args.repeats} interleaved repeats")
     for batch in args.batch:
