@@ -100,8 +100,9 @@ def main() -> None:
         a_mat = torch.stack([torch.ones_like(ns), ns], dim=1)
         a, b = torch.linalg.lstsq(a_mat, ts[:, None]).solution.flatten().tolist()
         cross = (t_ar - a) / b if b > 0 else float("inf")
-        print(f"diffusion time ~ {a:.4f} + {b:.5f} N s; crosses the AR time at N ~ {cross:.1f} "
-              f"(diffusion faster below it)")
+        where = (f"crosses the AR time at N ~ {cross:.1f} (diffusion faster below it)" if cross >= 2 else
+                 f"no crossover: slower than AR at every N >= 2 (the line meets it at N ~ {cross:.1f})")
+        print(f"diffusion time ~ {a:.4f} + {b:.5f} N s; {where}")
 
 
 if __name__ == "__main__":
