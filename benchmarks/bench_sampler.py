@@ -1,6 +1,7 @@
 """Sampler overhead benchmark (spec §5): a whole sample() against N bare network calls on the same inputs.
 
-Run: PYTHONPATH=src python benchmarks/bench_sampler.py [--nfe 32] [--batch 1 16] [--threads 2]
+Run: PYTHONPATH=src python benchmarks/bench_sampler.py [--nfe 16] [--batch 1 16] [--threads 1]
+     (GPU: add --device cuda --bf16)
 Prints, per sampler and batch size, the fastest of interleaved repeats of both and their ratio (goal
 <= 1.03x). The minimum, not the median, because the shared CPU's load only ever adds time.
 The network is the project's ElfStudent at a small CPU size (4 blocks x 256, SmolLM2-135M feature
@@ -45,25 +46,30 @@ def build_student(cfg: BenchConfig) -> tuple[nn.Module, str]:
     return net, desc
 
 
-def inputs(cfg: BenchConfig, batch: int, prompt_len: int = 64):
+def inputs(cfg: BenchConfig, batch: int, prompt_len: int = 64, device: str = "cpu"):
     """Clean prompt features (B, L, d) and a prompt mask with prompt_len prompt positions."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(batch, cfg.max_len, cfg.feature_dim, generator=g)
     mask = torch.zeros(batch, cfg.max_len, dtype=torch.bool)
     mask[:, :prompt_len] = True
-    return x, mask
+    return x.to(device), mask.to(device)
+
+
+def autocast(device: str, bf16: bool):
+    """bf16 autocast on the device when asked (the student keeps its fp32 islands itself)."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16)
 
 
 @torch.inference_mode()
 def bare_calls(net: nn.Module, cfg: BenchConfig, x: torch.Tensor, nfe: int, with_reg: bool) -> None:
     """N bare network calls on fixed inputs: N - 1 denoiser calls and 1 decoder call."""
-    b = x.shape[0]
+    b, dev = x.shape[0], x.device
     q = torch.zeros_like(x)
-    t, w = torch.full((b,), 0.3), torch.full((b,), 3.0)
-    reg = torch.zeros(b, cfg.reg_dim) if with_reg else None
+    t, w = torch.full((b,), 0.3, device=dev), torch.full((b,), 3.0, device=dev)
+    reg = torch.zeros(b, cfg.reg_dim, device=dev) if with_reg else None
     for _ in range(nfe - 1):
         net(x, q, t, w, reg=reg, reg_q=reg, decoder=False)
-    net(x, q, torch.ones(b), w, reg=reg, reg_q=reg, decoder=True)
+    net(x, q, torch.ones(b, device=dev), w, reg=reg, reg_q=reg, decoder=True)
 
 
 class CachedNetwork(nn.Module):
@@ -72,12 +78,12 @@ class CachedNetwork(nn.Module):
     def __init__(self, net: nn.Module, cfg: BenchConfig, x: torch.Tensor) -> None:
         super().__init__()
         self.config = net.config
-        b = x.shape[0]
+        b, dev = x.shape[0], x.device
         with torch.inference_mode():
-            reg = torch.zeros(b, cfg.reg_dim)
-            self.den = net(x, torch.zeros_like(x), torch.full((b,), 0.3), torch.full((b,), 3.0), reg=reg, reg_q=reg)
-            self.dec = net(x, torch.zeros_like(x), torch.ones(b), torch.full((b,), 3.0), reg=reg, reg_q=reg,
-                           decoder=True)
+            reg = torch.zeros(b, cfg.reg_dim, device=dev)
+            t, w = torch.full((b,), 0.3, device=dev), torch.full((b,), 3.0, device=dev)
+            self.den = net(x, torch.zeros_like(x), t, w, reg=reg, reg_q=reg)
+            self.dec = net(x, torch.zeros_like(x), torch.ones(b, device=dev), w, reg=reg, reg_q=reg, decoder=True)
 
     def forward(self, z, q, t, w, *, reg=None, reg_q=None, decoder=False, repa=False):
         return self.dec if bool(decoder) else self.den
@@ -87,9 +93,13 @@ class CachedNetwork(nn.Module):
 
 
 def seconds(fn) -> float:
-    """Wall seconds of one call of fn."""
+    """Wall seconds of one call of fn (GPU work included)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return time.perf_counter() - t0
 
 
@@ -99,29 +109,34 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = BenchConfig()
     net, name = build_student(cfg)
-    print(f"network: {name}; canvas {cfg.max_len}, torch threads {args.threads}")
+    net.to(args.device)
+    print(f"network: {name}; canvas {cfg.max_len}, device {args.device}, bf16 {args.bf16}, "
+          f"torch threads {args.threads}")
     print("ratio = whole sample / N bare calls; bookkeeping = the sampler with the network's outputs cached,")
     print("so 1 + bookkeeping / bare is the overhead ratio free of the shared CPU's load swings.")
     print(f"{'sampler':<11} {'batch':>5} {'N':>4} {'bare s':>9} {'sampler s':>10} {'ratio':>7} "
           f"{'bookkeep s':>11} {'1+bk/bare':>10}")
     for batch in args.batch:
-        x, mask = inputs(cfg, batch)
+        x, mask = inputs(cfg, batch, device=args.device)
         keys = [(i, 0) for i in range(batch)]
         for sampler in ("full-span", "early-stop", "renoise"):
             scfg = SamplerConfig(sampler=sampler, nfe=args.nfe, rho=8)
             seconds(lambda: bare_calls(net, cfg, x, 2, True))  # warm-up
             # interleave the two measurements so machine load drifts hit both alike
             bare, full = [], []
-            for _ in range(args.repeats):
-                bare.append(seconds(lambda: bare_calls(net, cfg, x, args.nfe, True)))
-                full.append(seconds(lambda: sample(net, x, mask, scfg, keys)))
+            with autocast(args.device, args.bf16):
+                for _ in range(args.repeats):
+                    bare.append(seconds(lambda: bare_calls(net, cfg, x, args.nfe, True)))
+                    full.append(seconds(lambda: sample(net, x, mask, scfg, keys)))
+                cached = CachedNetwork(net, cfg, x)
+                k_s = min(seconds(lambda: sample(cached, x, mask, scfg, keys)) for _ in range(args.repeats))
             b_s, f_s = min(bare), min(full)
-            cached = CachedNetwork(net, cfg, x)
-            k_s = min(seconds(lambda: sample(cached, x, mask, scfg, keys)) for _ in range(args.repeats))
             print(f"{sampler:<11} {batch:>5} {args.nfe:>4} {b_s:>9.4f} {f_s:>10.4f} {f_s / b_s:>6.3f}x "
                   f"{k_s:>11.4f} {1 + k_s / b_s:>9.3f}x")
 

@@ -1,6 +1,7 @@
 """Generation speed: ELF-REG early-stop sampling against a KV-cached autoregressive transformer of matched size.
 
 Run: PYTHONPATH=src python benchmarks/bench_vs_autoregressive.py [--nfe 8 16 32 64] [--batch 1 16] [--threads 1]
+     (GPU: add --device cuda --bf16)
 Both produce the same number of response tokens (canvas L minus a P-token prompt). The AR model is a
 randomly initialised transformers LlamaForCausalLM with the student's width, heads, SwiGLU width and
 vocabulary and as many blocks as match the student's body parameter count (the student's input/output
@@ -13,11 +14,10 @@ forward over the prompt, like the AR prefill that *is* included) — see docs/sa
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
-from bench_sampler import BenchConfig, build_student, inputs  # same folder
+from bench_sampler import BenchConfig, autocast, build_student, inputs, seconds  # same folder
 from elfreg.sampling import SamplerConfig, sample
 
 
@@ -43,12 +43,6 @@ def matched_depth(cfg: BenchConfig, student_body: int) -> int:
     return max(1, round((student_body - base) / per_layer))
 
 
-def seconds(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nfe", type=int, nargs="+", default=[8, 16, 32, 64])
@@ -56,6 +50,8 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast for both models (GPU)")
     ap.add_argument("--ar-depth", type=int, default=0,
                     help="AR blocks (default 0: match the student's body parameter count)")
     args = ap.parse_args()
@@ -63,20 +59,24 @@ def main() -> None:
     cfg = BenchConfig()
     student, name = build_student(cfg)
     ar = build_ar(cfg, args.ar_depth or matched_depth(cfg, student.num_parameters("body")))
+    student.to(args.device)
+    ar.to(args.device)
     new_tokens = cfg.max_len - args.prompt_len
     emb = ar.get_input_embeddings().weight.numel() + ar.get_output_embeddings().weight.numel()
     ar_all = sum(p.numel() for p in ar.parameters())
     print(f"diffusion: {name}; AR: LlamaForCausalLM {ar.config.num_hidden_layers}x{cfg.width}, "
           f"body {(ar_all - emb) / 1e6:.2f}M + embeddings/head {emb / 1e6:.2f}M")
-    print(f"prompt {args.prompt_len} tokens, {new_tokens} new tokens, torch threads {args.threads}, "
+    print(f"prompt {args.prompt_len} tokens, {new_tokens} new tokens, device {args.device}, bf16 {args.bf16}, "
+          f"torch threads {args.threads}, "
           f"min of {args.repeats} interleaved repeats")
     for batch in args.batch:
-        x, mask = inputs(cfg, batch, args.prompt_len)
+        x, mask = inputs(cfg, batch, args.prompt_len, args.device)
         keys = [(i, 0) for i in range(batch)]
-        ids = torch.randint(2, cfg.vocab_size, (batch, args.prompt_len), generator=torch.Generator().manual_seed(0))
+        ids = torch.randint(2, cfg.vocab_size, (batch, args.prompt_len),
+                            generator=torch.Generator().manual_seed(0)).to(args.device)
 
         def run_ar() -> None:
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast(args.device, args.bf16):
                 out = ar.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
                                   min_new_tokens=new_tokens, do_sample=False, use_cache=True,
                                   pad_token_id=0, eos_token_id=None)
@@ -89,7 +89,8 @@ def main() -> None:
             ar_times.append(seconds(run_ar))
             for n in args.nfe:
                 scfg = SamplerConfig(sampler="early-stop", nfe=n, rho=8)
-                diff[n].append(seconds(lambda: sample(student, x, mask, scfg, keys)))
+                with autocast(args.device, args.bf16):
+                    diff[n].append(seconds(lambda: sample(student, x, mask, scfg, keys)))
         t_ar = min(ar_times)
         print(f"\nbatch {batch}: AR generate {t_ar:.3f} s/batch ({batch * new_tokens / t_ar:.0f} tok/s)")
         print(f"{'N':>4} {'diffusion s':>12} {'tok/s':>8} {'diffusion/AR':>13}")
