@@ -8,7 +8,7 @@ from pathlib import Path
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.pipeline import GenerationPipeline
 
-from _standin import StandInConfig, StandInEncoder, StandInStudent, tiny_tokenizer
+from ._standin import StandInConfig, StandInEncoder, StandInStudent, tiny_tokenizer
 
 PROMPTS = ["one plus two is", "two plus two is", "three plus one is", "four", "one plus one plus one is"]
 TIMING = ("encoder_seconds", "sampler_seconds", "batch_size")

@@ -6,7 +6,7 @@ import pytest
 from elfreg.sampling.cli import LoadedModel, cmd_generate, register
 from elfreg.sampling.results_io import read_records
 
-from _fixtures import bundle, write_prompts
+from ._fixtures import bundle, write_prompts
 
 
 def _args(*argv):

@@ -2,7 +2,7 @@ import pytest
 
 from elfreg.sampling.config import SamplerConfig
 
-from _fixtures import PROMPTS, pipeline, strip_timing
+from ._fixtures import PROMPTS, pipeline, strip_timing
 
 
 def test_records_hold_every_setting_and_nfe():

@@ -6,7 +6,7 @@ from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.results_io import read_records
 from elfreg.sampling.run import generate_to_file, merge_parts, part_path, read_prompts
 
-from _fixtures import pipeline, strip_timing, write_prompts
+from ._fixtures import pipeline, strip_timing, write_prompts
 
 
 class Killed(Exception):

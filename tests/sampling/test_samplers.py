@@ -7,7 +7,7 @@ from elfreg.sampling.samplers import sample
 from elfreg.sampling.seeding import STREAM_NOISE, sample_generator
 from elfreg.sampling.updates import euler_step
 
-from _standin import AffineStandIn, StandInConfig, StandInStudent
+from ._standin import AffineStandIn, StandInConfig, StandInStudent
 
 
 def _batch(b, cfg, prompt_lens, seed=0):
