@@ -68,7 +68,7 @@ def wrap(student: nn.Module, parallel: str, info: DistInfo, device: torch.device
         from torch.nn.parallel import DistributedDataParallel
 
         return DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None,
-                                       find_unused_parameters=True, broadcast_buffers=False)
+                                       find_unused_parameters=True)
     from torch.distributed.fsdp import fully_shard
 
     for block in student.blocks:

@@ -373,6 +373,7 @@ class Trainer:
         log = MetricsLog(self.output, info.is_main, tc.steps, step, tc.progress and info.is_main, tc.tensorboard,
                          tc.wandb_project, to_dict(cfg))
         history, last_ckpt = [], ck.latest_checkpoint(self.output)
+        saved_step = step if self.resume_from is not None else -1  # same on every rank
         try:
             while step < tc.steps:
                 metrics = self.step_once(step)
@@ -384,10 +385,10 @@ class Trainer:
                 if step % tc.log_every == 0 or step == tc.steps:
                     log.log(step, metrics)
                 if step % tc.save_every == 0:
-                    last_ckpt = self.save(step) or last_ckpt
+                    last_ckpt, saved_step = self.save(step) or last_ckpt, step
                 for hook in self.hooks:
                     hook(step)
-            if last_ckpt is None or last_ckpt.name != ck.ckpt_dir(self.output, step).name:
+            if saved_step != step:
                 last_ckpt = self.save(step) or last_ckpt
         finally:
             log.close()
