@@ -49,19 +49,23 @@ def resolve_device(spec: str, info: DistInfo) -> torch.device:
 class LossModule(nn.Module):
     """Wraps the student so the whole loss runs inside one forward (DDP's reducer sees every use)."""
 
-    def __init__(self, student: nn.Module) -> None:
+    def __init__(self, student: nn.Module, sink: bool = False) -> None:
         super().__init__()
         self.student = student
+        self.sink = sink
 
     def forward(self, batch, draws, cfg, counts):
         from elfreg.objective import elf_reg_loss
 
-        return elf_reg_loss(self.student, batch, draws, cfg, counts)
+        out = elf_reg_loss(self.student, batch, draws, cfg, counts)
+        if self.sink:  # 0·Σp: every parameter gets a gradient on every rank (FSDP reduce-scatters must match)
+            out.loss = out.loss + sum((p * 0).sum() for p in self.student.parameters())
+        return out
 
 
 def wrap(student: nn.Module, parallel: str, info: DistInfo, device: torch.device) -> nn.Module:
     """LossModule around the student: DDP (find unused parameters: decoder rows may be absent) or FSDP2."""
-    module = LossModule(student)
+    module = LossModule(student, sink=info.enabled and parallel == "fsdp")
     if not info.enabled:
         return module
     if parallel == "ddp":
@@ -71,11 +75,13 @@ def wrap(student: nn.Module, parallel: str, info: DistInfo, device: torch.device
                                        find_unused_parameters=True)
     from torch.distributed.fsdp import fully_shard
 
+    # Parameters stay gathered from the first forward to the backward (ZeRO-2 style): the self-conditioning
+    # passes run on some ranks only (data-dependent), so per-forward all-gathers would not match across ranks.
     for block in student.blocks:
-        fully_shard(block)
+        fully_shard(block, reshard_after_forward=False)
     if student.repa_projector is not None:  # called outside the student's forward
-        fully_shard(student.repa_projector)
-    fully_shard(student)
+        fully_shard(student.repa_projector, reshard_after_forward=False)
+    fully_shard(student, reshard_after_forward=False)
     return module
 
 
