@@ -28,7 +28,10 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 _CHILD_SOURCE = (Path(__file__).with_name("_child.py")).read_text(encoding="utf-8")
-_UID_BASE = 200_000
+# Private uids: unique per live harness process (pid) and per concurrent run (slot < 64), so two
+# harnesses on one machine never share a uid (the end-of-run sweep kills every process of that uid).
+_UID_BASE = 1_000_000
+_MAX_SLOTS = 64
 
 
 @dataclass
@@ -88,7 +91,9 @@ def _ancestors(path: str) -> list[str]:
 class Sandbox:
     """Runs payloads of :mod:`elfreg.eval._child` in isolation; thread-safe, one object per harness."""
 
-    def __init__(self, config: SandboxConfig | None = None, slots: int = 64) -> None:
+    def __init__(self, config: SandboxConfig | None = None, slots: int = _MAX_SLOTS) -> None:
+        if not 1 <= slots <= _MAX_SLOTS:
+            raise ValueError(f"Sandbox slots must be in 1..{_MAX_SLOTS}, got {slots}")
         self.config = config or SandboxConfig()
         self._slots: queue.Queue[int] = queue.Queue()
         for i in range(slots):
@@ -206,7 +211,7 @@ class Sandbox:
     def _run_raw(self, iso: Isolation, payload: dict, deadline_s: float,
                  record_deadlines: list[float] | None = None, stop=None) -> RunResult:
         slot = self._slots.get()
-        uid = _UID_BASE + slot if iso.uid_drop else None
+        uid = _UID_BASE + os.getpid() * _MAX_SLOTS + slot if iso.uid_drop else None
         workdir = None
         try:
             payload = dict(payload, token=secrets.token_hex(16), uid=uid)
@@ -282,8 +287,8 @@ class Sandbox:
                         rec = {"status": "garbled"}
                     if not isinstance(rec, dict):
                         rec = {"status": "garbled"}
-                    if "token" in rec:
-                        rec["token_ok"] = rec.pop("token") == token
+                    # Only the harness sets token_ok: a forged record carrying its own flag gets it overwritten.
+                    rec["token_ok"] = rec.pop("token", None) == token
                     res.records.append(rec)
                     if rec.get("status") in ("pass", "fail", "done") or (stop is not None and stop(rec)):
                         done = True
