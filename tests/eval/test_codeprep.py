@@ -23,3 +23,12 @@ def test_alias_rule_needs_exactly_one_function():
     text = "def f(x):\n    return x\n\ndef g(x):\n    return 2 * x\n"
     code, aliased = prepare_code(text, "h", alias=True)
     assert not aliased and "h =" not in code
+
+
+def test_helper_without_return_is_kept_when_the_entry_point_needs_it():
+    # evalplus' sanitizer drops functions with no `return` (generators); the entry point would then fail
+    text = "def gen(n):\n    for i in range(n):\n        yield i\n\ndef f(n):\n    return list(gen(n))\n"
+    code, _ = prepare_code(text, "f", alias=False)
+    ns: dict = {}
+    exec(code, ns)
+    assert ns["f"](3) == [0, 1, 2]

@@ -21,6 +21,7 @@ from .benchmark import Benchmark, Problem
 from .oracle import outputs_match
 from .sandbox import Sandbox
 
+CACHE_FORMAT = "v2"  # bump when the cached record layout changes
 DATASET_OF = {"humaneval_plus": "humaneval", "mbpp_plus": "mbpp"}
 
 
@@ -74,7 +75,10 @@ def run_io(sandbox: Sandbox, program: str, problem: Problem, dataset: str, input
     if not inputs:
         return CheckResult("pass")
     limits = [rule.limit(e["t"]) for e in expected]
-    cap = min(max(rule.sample_cap_s, rule.factor * sum(e["t"] for e in expected)), sum(limits)) + 2.0
+    # The wait per record also covers encoding the output (huge for a few MBPP+ tasks): the reference's
+    # call+encode wall time "w" scaled by the same factor.
+    waits = [max(lim, rule.factor * e.get("w", e["t"])) for lim, e in zip(limits, expected)]
+    cap = min(max(rule.sample_cap_s, rule.factor * sum(e.get("w", e["t"]) for e in expected)), sum(waits)) + 2.0
     verdict: dict = {}
 
     def stop(rec: dict) -> bool:
@@ -93,7 +97,7 @@ def run_io(sandbox: Sandbox, program: str, problem: Problem, dataset: str, input
 
     payload = {"mode": "io", "program": program, "entry_point": problem.entry_point,
                "inputs": encode_text([list(a) for a in inputs]), "time_limits": limits}
-    res = sandbox.run(payload, deadline_s=cap, record_deadlines=limits, stop=stop)
+    res = sandbox.run(payload, deadline_s=cap, record_deadlines=waits, stop=stop)
     if "bad" in verdict:
         return CheckResult("timeout" if verdict["bad"].startswith("timeout") else "fail", verdict["bad"])
     last = res.records[-1] if res.records else {}
@@ -116,7 +120,7 @@ class ExpectedOutputs:
                  workers: int = 2) -> None:
         self.benchmark, self.sandbox, self.workers = benchmark, sandbox, workers
         root = Path(cache_dir or os.environ.get("ELFREG_CACHE_DIR") or Path.home() / ".cache" / "elfreg" / "eval")
-        self.path = root / f"{benchmark.name}-{benchmark.source_sha256[:16]}-expected.jsonl.gz"
+        self.path = root / f"{benchmark.name}-{benchmark.source_sha256[:16]}-expected-{CACHE_FORMAT}.jsonl.gz"
         self.table: dict[str, dict] = {}
         self._lock = threading.Lock()
 
@@ -171,4 +175,4 @@ class ExpectedOutputs:
         if len(recs) != len(inputs) or bad:
             raise RuntimeError(f"{self.benchmark.name} {p.task_id}: reference solution failed on an input "
                                f"({len(recs)}/{len(inputs)} ran, errors {bad[:1]}, last {res.records[-1:]})")
-        return [{k: r[k] for k in ("v", "sha", "n", "t") if k in r} for r in recs]
+        return [{k: r[k] for k in ("v", "sha", "n", "t", "w") if k in r} for r in recs]
