@@ -124,14 +124,16 @@ class ExpectedOutputs:
         self.table: dict[str, dict] = {}
         self._lock = threading.Lock()
 
-    def load_or_compute(self, progress: bool = True) -> "ExpectedOutputs":
-        """Fill :attr:`table` (``task_id -> {"base": [...], "plus": [...], "ref_time": s}``)."""
+    def load_or_compute(self, progress: bool = True, only: set[str] | None = None) -> "ExpectedOutputs":
+        """Fill :attr:`table` (``task_id -> {"base": [...], "plus": [...], "ref_time": s}``) for ``only``
+        (default: every problem); newly computed rows are merged into the cache file."""
         if self.path.exists():
             with gzip.open(self.path, "rt", encoding="utf-8") as f:
                 for line in f:
                     row = json.loads(line)
                     self.table[row.pop("task_id")] = row
-        todo = [p for p in self.benchmark.problems if p.task_id not in self.table]
+        todo = [p for p in self.benchmark.problems if p.task_id not in self.table
+                and (only is None or p.task_id in only)]
         if todo:
             from concurrent.futures import ThreadPoolExecutor
 

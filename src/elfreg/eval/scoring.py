@@ -138,7 +138,8 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
         if bench.kind == "code":
             sandbox = sandbox or Sandbox()
             isolation = sandbox.isolation.describe()
-            expected = ExpectedOutputs(bench, sandbox, opts.cache_dir, opts.workers).load_or_compute(opts.progress)
+            expected = ExpectedOutputs(bench, sandbox, opts.cache_dir, opts.workers).load_or_compute(
+                opts.progress, only={c.task_id for c in todo})
             with ThreadPoolExecutor(opts.workers) as ex:
                 futs = [ex.submit(_score_code, bench, bench.by_id[c.task_id], c, sandbox, expected, opts.time_rule)
                         for c in todo]
