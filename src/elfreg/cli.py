@@ -11,6 +11,7 @@ import sys
 COMMAND_MODULES = (
     "elfreg.train.cli",
     "elfreg.data.cli",
+    "elfreg.eval.cli",
 )
 
 
