@@ -1,0 +1,13 @@
+"""Evaluation (spec §6): benchmarks, answer scoring, sandboxed code tests, pass@k and reports."""
+
+from .benchmark import Benchmark, BenchmarkRegistry, Problem
+from .completions import Completion, CompletionsError, read_completions
+from .datasets import default_registry, load_benchmark
+from .metrics import pass_at_k, summarize
+from .report import markdown_table, write_reports
+from .sandbox import Sandbox, SandboxConfig
+from .scoring import ScoreOptions, score_completions
+
+__all__ = ["Benchmark", "BenchmarkRegistry", "Problem", "Completion", "CompletionsError", "read_completions",
+           "default_registry", "load_benchmark", "pass_at_k", "summarize", "markdown_table", "write_reports",
+           "Sandbox", "SandboxConfig", "ScoreOptions", "score_completions"]

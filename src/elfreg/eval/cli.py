@@ -1,0 +1,60 @@
+"""``elfreg eval score``: score a completions JSONL against a benchmark (spec §6)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .codecheck import TimeRule
+from .completions import CompletionsError, read_completions
+from .datasets import default_registry
+from .report import markdown_table, write_reports
+from .sandbox import Sandbox, SandboxConfig
+from .scoring import ScoreOptions, score_completions
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    """Add ``eval`` with subcommand ``score`` to an argparse subparsers object; returns the ``eval`` parser."""
+    ev = subparsers.add_parser("eval", help="benchmarks, scoring and the code sandbox")
+    sub = ev.add_subparsers(dest="eval_command", required=True)
+    sc = sub.add_parser("score", help="score a completions JSONL ({task_id, completion, sample} per line)")
+    sc.add_argument("--benchmark", required=True, choices=default_registry().names())
+    sc.add_argument("--completions", required=True, help="JSONL file of completions")
+    sc.add_argument("--data", default=None, help="benchmark file (default: the shared data folder)")
+    sc.add_argument("--out", required=True, help="output folder: results.jsonl, summary.json, summary.md")
+    sc.add_argument("--workers", type=int, default=2)
+    sc.add_argument("--isolation", default="auto", choices=["auto", "bwrap", "none"])
+    sc.add_argument("--memory-gb", type=float, default=4.0)
+    sc.add_argument("--min-time", type=float, default=4.0, help="per-test time floor in seconds (EvalPlus rule)")
+    sc.add_argument("--time-factor", type=float, default=4.0, help="x the reference solution's time")
+    sc.add_argument("--sample-cap", type=float, default=60.0, help="seconds per sample and test set, at most")
+    sc.add_argument("--cache-dir", default=None, help="expected-output cache (default ~/.cache/elfreg/eval)")
+    sc.add_argument("--allow-subset", action="store_true", help="score only problems present in the file")
+    sc.add_argument("--no-progress", action="store_true")
+    sc.set_defaults(func=run_score)
+    return ev
+
+
+def run_score(args: argparse.Namespace) -> int:
+    """Entry point of ``elfreg eval score``; returns an exit code."""
+    from pathlib import Path
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        bench = default_registry().load(args.benchmark, args.data)
+        comps = read_completions(args.completions, set(bench.by_id))
+    except (CompletionsError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    opts = ScoreOptions(workers=args.workers, cache_dir=args.cache_dir, allow_subset=args.allow_subset,
+                        time_rule=TimeRule(args.min_time, args.time_factor, args.sample_cap),
+                        progress=not args.no_progress)
+    sandbox = None
+    if bench.kind == "code":
+        sandbox = Sandbox(SandboxConfig(memory_bytes=int(args.memory_gb * (1 << 30)), isolation=args.isolation))
+    summary = score_completions(bench, comps, Path(args.out) / "results.jsonl", opts, sandbox)
+    summary["completions_file"] = str(args.completions)
+    write_reports(summary, args.out)
+    print(markdown_table(summary))
+    return 0

@@ -1,0 +1,189 @@
+"""Loaders for GSM8K, MATH-500, HumanEval(+), MBPP(+) and MMLU from local files (spec §6).
+
+Default files live in ``<shared>/data`` (see its README for quirks); the folder is found from
+``ELFREG_DATA_DIR``, else ``ELFREG_SHARED/data``, else ``../shared/data`` from the working directory.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import gzip
+import json
+import os
+from pathlib import Path
+from typing import Iterator
+
+from . import prompts
+from .answers import extract_choice, extract_gsm8k
+from .benchmark import Benchmark, BenchmarkRegistry, Problem, sha256_file
+
+DEFAULT_FILES = {
+    "gsm8k": "gsm8k/test.jsonl",
+    "math500": "math500/test.jsonl",
+    "humaneval": "humaneval/HumanEval.jsonl.gz",
+    "humaneval_plus": "humaneval_plus/HumanEvalPlus-v0.1.10.jsonl.gz",
+    "mbpp": "mbpp/mbpp.jsonl",
+    "mbpp_plus": "mbpp_plus/MbppPlus-v0.2.0.jsonl.gz",
+}
+MBPP_TEST_IDS = range(11, 511)
+
+
+def default_data_dir() -> Path:
+    """Where the shared benchmark files are; raises FileNotFoundError naming the places tried."""
+    tried = []
+    for cand in (os.environ.get("ELFREG_DATA_DIR"),
+                 os.path.join(os.environ["ELFREG_SHARED"], "data") if os.environ.get("ELFREG_SHARED") else None,
+                 str(Path.cwd().parent / "shared" / "data"), str(Path.cwd() / "shared" / "data")):
+        if cand:
+            tried.append(cand)
+            if Path(cand).is_dir():
+                return Path(cand)
+    raise FileNotFoundError(f"benchmark data folder not found; set ELFREG_DATA_DIR (tried: {tried})")
+
+
+def _resolve(name: str, path: str | None) -> Path:
+    p = Path(path) if path else default_data_dir() / DEFAULT_FILES[name]
+    if not p.exists():
+        raise FileNotFoundError(f"{name}: data file {p} does not exist")
+    return p
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    """Rows of a .jsonl or .jsonl.gz file; a malformed line raises ValueError naming file and line."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{n}: malformed JSON ({e.msg})") from None
+
+
+def load_gsm8k(path: str | None = None) -> Benchmark:
+    """GSM8K test (1,319): gold = number after ``####`` with thousands separators removed."""
+    p = _resolve("gsm8k", path)
+    probs = []
+    for i, r in enumerate(read_jsonl(p)):
+        gold = r["answer"].split("####")[-1].strip().replace(",", "")
+        probs.append(Problem(task_id=f"gsm8k/{i}", question=r["question"], reference=r["answer"], answer=gold))
+    return Benchmark("gsm8k", "gsm8k", probs, str(p), sha256_file(p), prompts.gsm8k_prompt,
+                     answer_extractor=extract_gsm8k)
+
+
+def load_math500(path: str | None = None) -> Benchmark:
+    """MATH-500: gold = ``answer`` field, compared with math-verify."""
+    p = _resolve("math500", path)
+    probs = [Problem(task_id=r["unique_id"], question=r["problem"], reference=r["solution"], answer=r["answer"],
+                     extra={"subject": r.get("subject"), "level": r.get("level")}) for r in read_jsonl(p)]
+    return Benchmark("math500", "math", probs, str(p), sha256_file(p), prompts.math_prompt)
+
+
+def load_humaneval(path: str | None = None) -> Benchmark:
+    """HumanEval (164): base tests = the ``test`` field's ``check(entry_point)``."""
+    p = _resolve("humaneval", path)
+    probs = [Problem(task_id=r["task_id"], question=r["prompt"], reference=r["prompt"] + r["canonical_solution"],
+                     entry_point=r["entry_point"], tests=f"{r['test']}\ncheck({r['entry_point']})\n",
+                     extra={"preamble": r["prompt"]}) for r in read_jsonl(p)]
+    return Benchmark("humaneval", "code", probs, str(p), sha256_file(p), prompts.humaneval_prompt,
+                     code_tests=("base",))
+
+
+def load_humaneval_plus(path: str | None = None) -> Benchmark:
+    """HumanEval+ v0.1.10: base = EvalPlus ``base_input``, plus = base + ``plus_input`` (differential)."""
+    p = _resolve("humaneval_plus", path)
+    probs = [Problem(task_id=r["task_id"], question=r["prompt"], reference=r["prompt"] + r["canonical_solution"],
+                     entry_point=r["entry_point"], base_inputs=r["base_input"], plus_inputs=r["plus_input"] or [],
+                     atol=float(r["atol"]), extra={"preamble": r["prompt"]}) for r in read_jsonl(p)]
+    return Benchmark("humaneval_plus", "code", probs, str(p), sha256_file(p), prompts.humaneval_prompt,
+                     code_tests=("base", "plus"))
+
+
+def mbpp_entry_point(test: str) -> str:
+    """The function an MBPP assert calls first, e.g. ``assert f(1) == 2`` -> ``f``."""
+    for node in ast.walk(ast.parse(test)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id not in (
+                "set", "sorted", "list", "tuple", "abs", "round", "math", "str", "int", "float", "len", "frozenset"):
+            return node.func.id
+    raise ValueError(f"no function call found in MBPP test {test!r}")
+
+
+def load_mbpp(path: str | None = None) -> Benchmark:
+    """MBPP test split (task_id 11-510, 500 problems): program = code, then test_setup_code, then asserts."""
+    p = _resolve("mbpp", path)
+    probs = []
+    for r in read_jsonl(p):
+        if r["task_id"] not in MBPP_TEST_IDS:
+            continue
+        tests = "\n".join(r["test_list"])
+        q = f"{r['text']}\nYour code should pass these tests:\n\n{tests}"
+        probs.append(Problem(task_id=f"Mbpp/{r['task_id']}", question=q, reference=r["code"],
+                             entry_point=mbpp_entry_point(r["test_list"][0]),
+                             tests=f"{r.get('test_setup_code') or ''}\n{tests}\n",
+                             extra={"keep_all": bool((r.get("test_setup_code") or "").strip())}))
+    if len(probs) != len(MBPP_TEST_IDS) and path is None:
+        raise ValueError(f"{p}: expected 500 MBPP test problems (ids 11-510), found {len(probs)}")
+    return Benchmark("mbpp", "code", probs, str(p), sha256_file(p), prompts.mbpp_prompt, code_tests=("base",))
+
+
+def load_mbpp_plus(path: str | None = None) -> Benchmark:
+    """MBPP+ v0.2.0 (378): EvalPlus inputs, deserialised with evalplus' own per-task rules."""
+    from evalplus.data.mbpp import mbpp_deserialize_inputs
+
+    p = _resolve("mbpp_plus", path)
+    probs = []
+    for r in read_jsonl(p):
+        q = r["prompt"].strip().strip('"').strip()
+        plus = r["plus_input"] or []  # Mbpp/793 stores an empty dict
+        probs.append(Problem(task_id=r["task_id"], question=q, reference=r["canonical_solution"],
+                             entry_point=r["entry_point"],
+                             base_inputs=mbpp_deserialize_inputs(r["task_id"], r["base_input"]),
+                             plus_inputs=mbpp_deserialize_inputs(r["task_id"], plus) if plus else [],
+                             atol=float(r["atol"])))
+    return Benchmark("mbpp_plus", "code", probs, str(p), sha256_file(p), prompts.mbpp_prompt,
+                     code_tests=("base", "plus"))
+
+
+def load_mmlu(path: str | None = None) -> Benchmark:
+    """MMLU from the official CSV folder (``test/*_test.csv``), one CSV, or JSONL {question, choices, answer}."""
+    if not path:
+        raise ValueError("mmlu: no default copy exists; pass --data PATH (official data/ folder, a CSV or a JSONL)")
+    p = Path(path)
+    files = sorted((p / "test").glob("*_test.csv")) if (p / "test").is_dir() else (
+        sorted(p.glob("*_test.csv")) if p.is_dir() else [p])
+    if not files or not files[0].exists():
+        raise FileNotFoundError(f"mmlu: no *_test.csv files or file at {p}")
+    probs = []
+    for f in files:
+        if f.suffix in (".jsonl", ".gz"):
+            for i, r in enumerate(read_jsonl(f)):
+                ans = r["answer"] if isinstance(r["answer"], str) else "ABCD"[int(r["answer"])]
+                subj = r.get("subject", f.stem)
+                probs.append(Problem(f"{subj}/{i}", r["question"], f"The answer is ({ans})", ans,
+                                     extra={"choices": list(r["choices"]), "subject": subj}))
+            continue
+        subj = f.name.removesuffix("_test.csv")
+        with open(f, newline="", encoding="utf-8") as fh:
+            for i, row in enumerate(csv.reader(fh)):
+                if len(row) != 6 or row[5] not in ("A", "B", "C", "D"):
+                    raise ValueError(f"{f}:{i + 1}: expected question,A,B,C,D,answer")
+                probs.append(Problem(f"{subj}/{i}", row[0], f"The answer is ({row[5]})", row[5],
+                                     extra={"choices": row[1:5], "subject": subj}))
+    digest = sha256_file(files[0]) if len(files) == 1 else "multi:" + str(len(files))
+    return Benchmark("mmlu", "choice", probs, str(p), digest, prompts.choice_prompt, answer_extractor=extract_choice)
+
+
+def default_registry() -> BenchmarkRegistry:
+    """A fresh registry with every built-in benchmark (callers may register more, e.g. the demo task)."""
+    reg = BenchmarkRegistry()
+    for name, fn in (("gsm8k", load_gsm8k), ("math500", load_math500), ("humaneval", load_humaneval),
+                     ("humaneval_plus", load_humaneval_plus), ("mbpp", load_mbpp), ("mbpp_plus", load_mbpp_plus),
+                     ("mmlu", load_mmlu)):
+        reg.register(name, fn)
+    return reg
+
+
+def load_benchmark(name: str, path: str | None = None, registry: BenchmarkRegistry | None = None) -> Benchmark:
+    """Load a benchmark by name from ``path`` (default: the shared data folder)."""
+    return (registry or default_registry()).load(name, path)

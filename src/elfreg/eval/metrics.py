@@ -1,0 +1,38 @@
+"""pass@1 over problems and seeds with the std across seeds; unbiased pass@k (spec §6)."""
+
+from __future__ import annotations
+
+import math
+from statistics import mean, pstdev
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased estimator 1 - C(n-c, k) / C(n, k) for one problem with n samples, c correct (spec §6)."""
+    if not 0 <= c <= n or k < 1:
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and k >= 1, got n={n}, c={c}, k={k}")
+    if k > n:
+        raise ValueError(f"pass_at_k: k={k} exceeds the number of samples n={n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def summarize(correct: dict[str, dict[int, bool]], ks: tuple[int, ...] = (1, 8, 16)) -> dict:
+    """``correct[task_id][sample] -> bool`` -> pass@1 mean/std across seeds and pass@k (as fractions).
+
+    pass@1 per seed = mean over problems of that seed's correctness; the reported pass@1 is the mean
+    over seeds and problems, with the (population) standard deviation of the per-seed values.
+    """
+    if not correct:
+        raise ValueError("summarize: no results")
+    seeds = sorted({s for per in correct.values() for s in per})
+    per_seed = [mean(float(correct[t].get(s, False)) for t in correct) for s in seeds]
+    n_min = min(len(per) for per in correct.values())
+    out = {"problems": len(correct), "samples_per_problem": n_min, "seeds": seeds,
+           "pass@1": mean(float(v) for per in correct.values() for v in per.values()),
+           "pass@1_std_across_seeds": pstdev(per_seed) if len(per_seed) > 1 else 0.0,
+           "pass@1_per_seed": per_seed}
+    for k in ks:
+        if k <= n_min:
+            out[f"pass@{k}"] = mean(pass_at_k(len(per), sum(per.values()), k) for per in correct.values())
+    return out

@@ -1,0 +1,157 @@
+"""Score completions against a benchmark; per-problem rows appended as they finish (resumable, spec §6)."""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .answers import extract_choice, extract_gsm8k, numbers_equal
+from .benchmark import Benchmark, Problem
+from .codecheck import DATASET_OF, ExpectedOutputs, TimeRule, run_asserts, run_io
+from .codeprep import prepare_code
+from .completions import Completion
+from .mathcheck import verify_many
+from .sandbox import Sandbox
+
+
+@dataclass
+class ScoreOptions:
+    """Settings recorded in every report."""
+
+    workers: int = 2
+    time_rule: TimeRule = field(default_factory=TimeRule)
+    cache_dir: str | None = None
+    allow_subset: bool = False
+    math_timeout_s: int = 5
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"ScoreOptions.workers must be >= 1, got {self.workers}")
+
+
+class ResultsFile:
+    """Per-problem results JSONL: one line per (task_id, sample), each appended with one write()."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self.path = Path(path) if path else None
+        self.rows: dict[tuple[str, int], dict] = {}
+        if self.path and self.path.exists():
+            with open(self.path, encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # a torn last line from a crash: that sample is simply redone
+                    self.rows[(row["task_id"], row["sample"])] = row
+        self._fd = None
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def add(self, row: dict) -> None:
+        self.rows[(row["task_id"], row["sample"])] = row
+        if self._fd is not None:
+            os.write(self._fd, (json.dumps(row) + "\n").encode("utf-8"))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _score_text(bench: Benchmark, items: list[tuple[Problem, Completion]], opts: ScoreOptions) -> list[dict]:
+    if bench.kind == "math":
+        ok = verify_many([(p.answer or "", c.completion) for p, c in items], opts.workers, opts.math_timeout_s)
+        return [{"task_id": c.task_id, "sample": c.sample, "gold": p.answer, "correct": o}
+                for (p, c), o in zip(items, ok)]
+    rows = []
+    for p, c in items:
+        if bench.kind == "gsm8k":
+            pred = (bench.answer_extractor or extract_gsm8k)(c.completion)
+            ok = numbers_equal(pred, p.answer or "")
+        elif bench.kind == "choice":
+            pred = (bench.answer_extractor or extract_choice)(c.completion)
+            ok = pred == p.answer
+        else:  # "exact": registered tasks with their own extractor
+            pred = bench.answer_extractor(c.completion) if bench.answer_extractor else c.completion.strip()
+            ok = pred is not None and pred.strip() == (p.answer or "").strip()
+        rows.append({"task_id": c.task_id, "sample": c.sample, "pred": pred, "gold": p.answer, "correct": bool(ok)})
+    return rows
+
+
+def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, expected: ExpectedOutputs,
+                rule: TimeRule) -> dict:
+    row: dict = {"task_id": c.task_id, "sample": c.sample}
+    exp = expected.table[p.task_id]
+    cache: dict[str, dict] = {}
+    for mode in ("noalias", "alias"):
+        try:
+            program, aliased = prepare_code(c.completion, p.entry_point or "", alias=mode == "alias",
+                                            keep_all=bool(p.extra.get("keep_all")),
+                                            preamble=p.extra.get("preamble", ""))
+        except Exception as e:  # noqa: BLE001 - the sanitizer choking on garbage is a failed sample
+            row[mode] = {"base": "fail", "detail": f"sanitizer: {type(e).__name__}"}
+            continue
+        if mode == "alias":
+            row["aliased"] = aliased
+        if program in cache:
+            row[mode] = cache[program]
+            continue
+        res: dict = {}
+        if p.tests is not None:
+            r = run_asserts(sandbox, program, p.tests, min(rule.limit(exp["ref_time"]), rule.sample_cap_s))
+            res["base"], res["detail"] = r.status, r.detail
+        else:
+            ds = DATASET_OF[bench.name] if bench.name in DATASET_OF else "mbpp" if "mbpp" in bench.name else ""
+            r = run_io(sandbox, program, p, ds, p.base_inputs or [], exp["base"], rule)
+            res["base"], res["detail"] = r.status, r.detail
+            if "plus" in bench.code_tests:
+                if r.passed:  # plus = base and plus inputs (EvalPlus); skip the plus run when base fails
+                    r2 = run_io(sandbox, program, p, ds, p.plus_inputs or [], exp["plus"], rule)
+                    res["plus"], res["detail"] = r2.status, r2.detail
+                else:
+                    res["plus"] = "skipped"
+        cache[program] = res
+        row[mode] = res
+    return row
+
+
+def score_completions(bench: Benchmark, completions: list[Completion], results_path: str | Path | None = None,
+                      opts: ScoreOptions | None = None, sandbox: Sandbox | None = None) -> dict:
+    """Score every completion (skipping those already in ``results_path``); returns the summary dict."""
+    from .report import build_summary
+
+    opts = opts or ScoreOptions()
+    unknown = [c for c in completions if c.task_id not in bench.by_id]
+    if unknown:
+        raise ValueError(f"line {unknown[0].line}: unknown task_id {unknown[0].task_id!r} for {bench.name}")
+    results = ResultsFile(results_path)
+    todo = [c for c in completions if (c.task_id, c.sample) not in results.rows]
+    isolation = None
+    try:
+        if bench.kind == "code":
+            sandbox = sandbox or Sandbox()
+            isolation = sandbox.isolation.describe()
+            expected = ExpectedOutputs(bench, sandbox, opts.cache_dir, opts.workers).load_or_compute(
+                opts.progress, only={c.task_id for c in todo})
+            with ThreadPoolExecutor(opts.workers) as ex:
+                futs = [ex.submit(_score_code, bench, bench.by_id[c.task_id], c, sandbox, expected, opts.time_rule)
+                        for c in todo]
+                for f in tqdm(futs, disable=not opts.progress, desc=f"scoring {bench.name}"):
+                    results.add(f.result())
+        else:
+            chunk = 256
+            for i in tqdm(range(0, len(todo), chunk), disable=not opts.progress, desc=f"scoring {bench.name}"):
+                for row in _score_text(bench, [(bench.by_id[c.task_id], c) for c in todo[i:i + chunk]], opts):
+                    results.add(row)
+    finally:
+        results.close()
+    wanted = {(c.task_id, c.sample) for c in completions}
+    rows = [r for k, r in results.rows.items() if k in wanted]
+    return build_summary(bench, rows, opts, isolation)

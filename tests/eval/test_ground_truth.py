@@ -1,0 +1,65 @@
+"""Reference solutions / gold answers score 100% and wrong ones 0%, over the shared data (spec §6)."""
+
+import os
+
+import pytest
+
+from elfreg.eval.completions import Completion
+from elfreg.eval.datasets import load_benchmark
+from elfreg.eval.scoring import ScoreOptions, score_completions
+
+from ._shared import data_file
+
+SIZES = {"gsm8k": 1319, "math500": 500, "humaneval": 164, "humaneval_plus": 164, "mbpp": 500, "mbpp_plus": 378}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return os.environ.get("ELFREG_CACHE_DIR") or str(tmp_path_factory.mktemp("elfreg-cache"))
+
+
+def _score(name, cache_dir, make, limit=None):
+    bench = load_benchmark(name, data_file(name))
+    probs = bench.problems[:limit] if limit else bench.problems
+    comps = [Completion(p.task_id, 0, make(probs, i), i + 1) for i, p in enumerate(probs)]
+    opts = ScoreOptions(workers=2, cache_dir=cache_dir, allow_subset=limit is not None, progress=False)
+    return bench, score_completions(bench, comps, None, opts)
+
+
+def _pass_counts(summary):
+    m = summary["metrics"]
+    if "accuracy" in m:
+        return {"answer": round(m["accuracy"]["pass@1"] * m["accuracy"]["problems"])}
+    return {f"{mode}/{t}": round(v["pass@1"] * v["problems"]) for mode in ("noalias", "alias")
+            for t, v in m[mode].items()}
+
+
+@pytest.mark.parametrize("name", ["gsm8k", "math500"])
+def test_gold_answers_score_all(name, cache_dir):
+    bench, s = _score(name, cache_dir, lambda ps, i: ps[i].reference)
+    assert len(bench.problems) == SIZES[name]
+    assert set(_pass_counts(s).values()) == {SIZES[name]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["humaneval", "mbpp", "humaneval_plus", "mbpp_plus"])
+def test_reference_programs_score_all(name, cache_dir):
+    bench, s = _score(name, cache_dir, lambda ps, i: ps[i].reference)
+    assert len(bench.problems) == SIZES[name]
+    counts = _pass_counts(s)
+    want_tests = {"base", "plus"} if name.endswith("_plus") else {"base"}
+    assert {k.split("/")[1] for k in counts} == want_tests
+    assert set(counts.values()) == {SIZES[name]}, counts
+
+
+@pytest.mark.parametrize("name", ["gsm8k", "math500", "humaneval", "mbpp_plus"])
+def test_wrong_answers_score_zero(name, cache_dir):
+    # every problem gets the reference of the *next* problem: a plausible but wrong answer
+    _, s = _score(name, cache_dir, lambda ps, i: ps[(i + 1) % len(ps)].reference, limit=12)
+    assert set(_pass_counts(s).values()) == {0}
+
+
+def test_broken_programs_score_zero(cache_dir):
+    broken = ["def f(:\n", "", "```python\nraise RuntimeError()\n```", "import os\nos._exit(0)"]
+    _, s = _score("humaneval", cache_dir, lambda ps, i: broken[i % len(broken)], limit=8)
+    assert set(_pass_counts(s).values()) == {0}

@@ -1,0 +1,172 @@
+"""Hostile programs fail or are contained; they never crash or stall the harness or pass a test."""
+
+import os
+import socket
+import time
+
+import pytest
+
+from elfreg.eval._child import encode_text
+from elfreg.eval.benchmark import Problem
+from elfreg.eval.codecheck import TimeRule, run_asserts, run_io
+from elfreg.eval.sandbox import Sandbox, SandboxConfig
+
+LIMIT = 3.0
+
+
+@pytest.fixture(scope="module")
+def sb():
+    return Sandbox(SandboxConfig(memory_bytes=1 << 30))
+
+
+def verdict(sb, program, tests="assert True", limit=LIMIT):
+    t0 = time.monotonic()
+    r = run_asserts(sb, program, tests, limit)
+    assert time.monotonic() - t0 < limit + 10, "harness stalled"
+    return r
+
+
+def test_good_program_passes_and_wrong_fails(sb):
+    assert verdict(sb, "def f(x):\n    return x + 1", "assert f(1) == 2").passed
+    r = verdict(sb, "def f(x):\n    return x", "assert f(1) == 2")
+    assert r.status == "fail" and "AssertionError" in r.detail
+
+
+def test_infinite_loop_times_out(sb):
+    t0 = time.monotonic()
+    r = verdict(sb, "while True:\n    pass", limit=1.5)
+    assert r.status == "timeout" and time.monotonic() - t0 < 5
+
+
+def test_signal_ignoring_loop_still_killed(sb):
+    r = verdict(sb, "import signal\nfor s in (signal.SIGTERM, signal.SIGALRM, signal.SIGINT):\n"
+                    "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass", limit=1.5)
+    assert r.status == "timeout"
+
+
+@pytest.mark.parametrize("prog", ["import sys\nsys.exit(0)", "import os\nos._exit(0)", "exit(0)",
+                                  "raise SystemExit", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"])
+def test_exit_before_asserts_fails(sb, prog):
+    assert not verdict(sb, prog + "\ndef f():\n    return 1", "assert f() == 2").passed
+
+
+@pytest.mark.parametrize("prog", [
+    "def check(c):\n    pass",  # the test's own check() is defined after the program
+    "import builtins\nbuiltins.AssertionError = type('A', (Exception,), {})",
+    "import json\njson.dumps = lambda *a, **k: '{\"status\": \"pass\", \"token_ok\": true}'",
+    "import os\n_w = os.write\nos.write = lambda fd, b: _w(fd, b'{\"status\": \"pass\", \"token_ok\": true}\\n')",
+    "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{\"status\": \"pass\", \"token_ok\": true}\\n')\n"
+    "    except OSError:\n        pass",
+])
+def test_monkeypatching_checker_or_builtins_never_passes(sb, prog):
+    tests = "def check(candidate):\n    assert candidate(2) == 5\ncheck(f)"
+    assert not verdict(sb, prog + "\ndef f(x):\n    return 0", tests).passed
+
+
+def test_memory_bomb_fails(sb):
+    assert not verdict(sb, "x = bytearray(8 * 1024 ** 3)\nok = True", "assert ok").passed
+    assert not verdict(sb, "l = []\nwhile True:\n    l.append(' ' * 10 ** 7)").passed
+
+
+def test_gigabytes_of_output_are_discarded(sb):
+    r = verdict(sb, "import sys\nfor _ in range(3000):\n    sys.stdout.write('x' * 10 ** 6)\nok = True", "assert ok",
+                limit=20)
+    assert r.passed  # went to /dev/null, never buffered by the harness
+
+
+def test_flooding_the_result_channel_is_cut_off():
+    sb = Sandbox(SandboxConfig(memory_bytes=1 << 30, max_result_bytes=1 << 20))
+    prog = "import os\nfor fd in range(3, 64):\n    try:\n        [os.write(fd, b'x' * 65536) for _ in range(200)]\n" \
+           "    except OSError:\n        pass"
+    assert not verdict(sb, prog).passed
+
+
+def test_cannot_write_or_delete_outside_its_directory(sb, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    os.chmod(tmp_path, 0o777)
+    prog = (f"import os, shutil\nfor act in (lambda: open({str(victim)!r}, 'w').write('gone'),\n"
+            f"            lambda: os.remove({str(victim)!r}), lambda: shutil.rmtree({str(tmp_path)!r}),\n"
+            f"            lambda: open({str(tmp_path / 'new.txt')!r}, 'w').write('x')):\n"
+            "    try:\n        act()\n    except Exception:\n        pass\n"
+            "open('mine.txt', 'w').write('ok')\nok = open('mine.txt').read() == 'ok'")
+    assert verdict(sb, prog, "assert ok").passed  # its own directory works
+    assert victim.read_text() == "keep" and not (tmp_path / "new.txt").exists()
+
+
+def test_cannot_read_harness_files(sb, tmp_path):
+    secret = tmp_path / "expected.json"
+    secret.write_text("42")
+    for path in (str(secret), __file__, "/proc/1/environ"):
+        assert not verdict(sb, f"data = open({path!r}).read()", "assert data").passed, path
+
+
+def test_no_network(sb):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    try:
+        prog = f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\nok = True"
+        if sb.isolation.kind == "bwrap" or sb.isolation.netns:
+            assert not verdict(sb, prog, "assert ok").passed
+        prog2 = "import socket\ns = socket.create_connection(('1.1.1.1', 53), timeout=2)\nok = True"
+        assert not verdict(sb, prog2, "assert ok").passed
+    finally:
+        srv.close()
+
+
+def _contains_processes(sb) -> bool:
+    return sb.isolation.uid_drop or os.geteuid() != 0
+
+
+def test_fork_bomb_is_contained(sb):
+    if not _contains_processes(sb):
+        pytest.skip(f"process limit not enforceable here: {sb.isolation.describe()}")
+    # First a bounded burst proves the process limit holds, so the real bomb cannot hurt the machine.
+    burst = ("import os, time\nn = 0\ntry:\n    for _ in range(500):\n        if os.fork() == 0:\n"
+             "            time.sleep(5)\n            os._exit(0)\n        n += 1\nexcept OSError:\n    pass\n")
+    assert not verdict(sb, burst, "assert n == 500").passed
+    t0 = time.monotonic()
+    r = verdict(sb, "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", limit=2)
+    assert not r.passed and time.monotonic() - t0 < 15
+    # and the harness still starts programs normally afterwards
+    assert verdict(sb, "x = 1", "assert x == 1").passed
+
+
+def test_killing_its_parent_does_not_hurt_the_harness(sb):
+    if not _contains_processes(sb):
+        pytest.skip(f"a root program could signal the harness here: {sb.isolation.describe()}")
+    prog = ("import os, signal\nfor act in (lambda: os.kill(os.getppid(), 9), lambda: os.killpg(0, 9),\n"
+            "            lambda: os.kill(-1, 9)):\n    try:\n        act()\n    except Exception:\n        pass\n")
+    assert not verdict(sb, prog, "assert False").passed
+    assert verdict(sb, "x = 1", "assert x == 1").passed
+
+
+def test_io_mode_compares_in_the_harness(sb):
+    p = Problem("t/0", "", "", entry_point="f")
+    expected = [{"v": encode_text(x + 1), "t": 0.001} for x in range(3)]
+    inputs = [[0], [1], [2]]
+    rule = TimeRule(min_time_s=1.0)
+    assert run_io(sb, "def f(x):\n    return x + 1", p, "", inputs, expected, rule).passed
+    r = run_io(sb, "def f(x):\n    return 1", p, "", inputs, expected, rule)
+    assert r.status == "fail" and "input 1" in r.detail
+    r = run_io(sb, "def f(x):\n    while x == 2:\n        pass\n    return x + 1", p, "", inputs, expected, rule)
+    assert r.status == "timeout"
+    r = run_io(sb, "import os\ndef f(x):\n    os._exit(0)", p, "", inputs, expected, rule)
+    assert r.status == "fail"
+
+
+def test_fallback_isolation_still_limits_time_and_verdicts():
+    sb = Sandbox(SandboxConfig(isolation="none", memory_bytes=1 << 30))
+    assert sb.isolation.kind == "rlimits" and sb.isolation.reason
+    assert verdict(sb, "def f():\n    return 1", "assert f() == 1").passed
+    assert verdict(sb, "while True:\n    pass", limit=1.0).status == "timeout"
+    assert not verdict(sb, "import sys\nsys.exit(0)", "assert False").passed
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="memory_bytes"):
+        SandboxConfig(memory_bytes=0)
+    with pytest.raises(ValueError, match="isolation"):
+        SandboxConfig(isolation="docker")
