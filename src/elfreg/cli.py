@@ -10,6 +10,7 @@ import sys
 # Each module exposes register(subparsers); listed explicitly so a broken import is an error, not a missing command.
 COMMAND_MODULES = (
     "elfreg.train.cli",
+    "elfreg.sampling.cli",
     "elfreg.data.cli",
     "elfreg.eval.cli",
 )
