@@ -14,6 +14,9 @@ from .sandbox import Sandbox, SandboxConfig
 from .scoring import ScoreOptions, score_completions
 
 
+from .run_model import register_run  # noqa: E402
+
+
 def register(subparsers) -> argparse.ArgumentParser:
     """Add ``eval`` with subcommand ``score`` to an argparse subparsers object; returns the ``eval`` parser."""
     ev = subparsers.add_parser("eval", help="benchmarks, scoring and the code sandbox")
@@ -33,6 +36,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     sc.add_argument("--allow-subset", action="store_true", help="score only problems present in the file")
     sc.add_argument("--no-progress", action="store_true")
     sc.set_defaults(func=run_score)
+    register_run(sub)
     return ev
 
 

@@ -16,7 +16,6 @@ from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.run import generate_to_file, read_prompts
 
 
-
 def register(subparsers: Any) -> None:
     """Add the `generate` subcommand to an argparse subparsers object."""
     p = subparsers.add_parser("generate", help="generate responses with an ELF-REG model (spec §5)",
@@ -25,6 +24,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--prompts", required=True, help="JSONL file, one object with a 'prompt' string per line")
     p.add_argument("--prompt-field", default="prompt", help="JSON field holding the prompt text")
     p.add_argument("--out", required=True, help="results JSONL (appended; existing samples are skipped)")
+    add_sampler_arguments(p)
+    p.set_defaults(func=cmd_generate)
+
+
+def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
+    """Sampler and batching flags shared by `elfreg generate` and `elfreg eval run`."""
     p.add_argument("--sampler", default="early-stop", help=f"one of {', '.join(SAMPLERS)}")
     p.add_argument("--nfe", type=int, default=64, help="N: network calls per sample (N-1 denoiser + 1 decoder)")
     p.add_argument("--rho", type=int, default=8, help="early-stop / renoise master grid ratio (M = rho*N)")
@@ -40,7 +45,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="rows per network call")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.set_defaults(func=cmd_generate)
 
 
 def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:

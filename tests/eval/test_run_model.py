@@ -1,0 +1,49 @@
+"""`elfreg eval run`: generation with a saved elfreg model, then scoring, resumable."""
+
+import json
+
+import torch
+
+from elfreg.cli import main
+from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
+from elfreg.hub import ElfModel
+
+
+def _save_tiny_model(folder, lm_dir):
+    cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
+                                          max_len=24, max_prompt_len=16),
+                       backbones=BackboneConfig(encoder=str(lm_dir), encoder_layer=2, dtype="float32"))
+    torch.manual_seed(0)
+    return ElfModel.new(cfg).save_pretrained(folder)
+
+
+def test_eval_run_generates_scores_and_resumes(tmp_path, tiny_lm_dir):
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    data = tmp_path / "gsm.jsonl"
+    rows = [{"question": "what is 2 plus 3 ?", "answer": "2 plus 3 is 5\n#### 5"},
+            {"question": "what is 1 plus 1 ?", "answer": "#### 2"},
+            {"question": "what is 4 minus 1 ?", "answer": "#### 3"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    argv = ["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(data), "--out", str(out),
+            "--sampler", "early-stop", "--nfe", "4", "--rho", "2", "--samples", "2", "--no-progress", "--device", "cpu"]
+    assert main(argv) == 0
+    gens = (out / "generations.jsonl").read_text().splitlines()
+    assert len(gens) == 6
+    rec = json.loads(gens[0])
+    assert rec["nfe_spent"] == 4 and rec["w"] == 3.0  # GSM8K preset of the guidance scale
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["generation"]["sampler"] == "early-stop" and summary["generation"]["nfe"] == 4
+    assert summary["samples_per_problem"] == 2 and summary["problems"] == 3
+    prompts = [json.loads(x) for x in (out / "prompts.jsonl").read_text().splitlines()]
+    assert prompts[0]["prompt"] == "Question: what is 2 plus 3 ?\nAnswer:"
+    # a second run resumes: nothing generated again
+    assert main(argv) == 0
+    assert (out / "generations.jsonl").read_text().splitlines() == gens
+
+
+def test_eval_run_bad_limit(tmp_path, tiny_lm_dir, capsys):
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    assert main(["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--out", str(tmp_path / "r"),
+                 "--limit", "0"]) == 2
+    assert "--limit" in capsys.readouterr().err
