@@ -9,6 +9,7 @@ import sys
 
 # Each module exposes register(subparsers); listed explicitly so a broken import is an error, not a missing command.
 COMMAND_MODULES = (
+    "elfreg.train.cli",
     "elfreg.data.cli",
 )
 

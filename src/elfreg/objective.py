@@ -89,12 +89,14 @@ def x_star(z: Tensor, v_target: Tensor, t: Tensor, floor: float) -> Tensor:
 
 
 def repa_loss(pred: Tensor, teacher: Tensor, mask: Tensor, shift: int = 0, mean_pooled: bool = False,
-              extra_pred: Tensor | None = None, extra_target: Tensor | None = None) -> Tensor:
+              extra_pred: Tensor | None = None, extra_target: Tensor | None = None,
+              denominator: Tensor | None = None) -> Tensor:
     """Mean of 1 - cos(p(u_i), h_i) over masked positions (+ the REG/OLT token) (spec §4).
 
     pred, teacher: (B, L, d_t); mask: (B, L) bool, positions to align. shift=1 aligns student position i with teacher
     position i - 1 (position 0 then has no target). mean_pooled: every position's target is the row's mean teacher
-    state over the masked positions. extra_pred/extra_target: (B, d_t), one more term per row.
+    state over the masked positions. extra_pred/extra_target: (B, d_t), one more term per row. denominator: divide
+    the summed terms by this count instead of this batch's own (a global count across ranks / micro-batches).
     """
     mask = mask.clone()
     target = teacher
@@ -112,7 +114,25 @@ def repa_loss(pred: Tensor, teacher: Tensor, mask: Tensor, shift: int = 0, mean_
     if extra_pred is not None and extra_target is not None:
         total = total + (1.0 - F.cosine_similarity(extra_pred.float(), extra_target.float(), dim=-1, eps=1e-8)).sum()
         count = count + extra_pred.shape[0]
-    return total / count.clamp_min(1)
+    return total / (count if denominator is None else denominator).clamp_min(1)
+
+
+def loss_counts(batch: TrainBatch, draws: Draws, cfg: ObjectiveConfig, extra_token: str) -> dict[str, Tensor]:
+    """Raw (unclamped) denominators of each loss term for one batch: {"elf", "repa", "reg"} (spec §4).
+
+    elf: supervised response positions; repa: aligned positions (+ one per row for the REG/OLT token); reg: denoising
+    rows. Summing them over ranks and micro-batches and passing the sums as ``elf_reg_loss(counts=...)`` makes the
+    summed losses equal the loss of the whole global batch, whatever the world size or accumulation.
+    """
+    pm = batch.prompt_mask
+    out = {"elf": (~pm).sum(), "reg": (~draws.is_decoder.to(pm.device)).sum()}
+    mask = batch.content_mask | (pm if cfg.repa_on_prompt else torch.zeros_like(pm))
+    if cfg.repa_target != "mean_pooled" and cfg.repa_shift == 1:
+        mask = mask.clone()
+        mask[:, 0] = False
+    extra = pm.shape[0] if cfg.repa_on_extra_token and extra_token != "none" else 0
+    out["repa"] = mask.sum() + extra
+    return out
 
 
 @dataclass
@@ -127,13 +147,15 @@ def _rows(mask: Tensor) -> Tensor:
     return mask.nonzero(as_tuple=True)[0]
 
 
-def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: ObjectiveConfig) -> LossOutput:
+def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: ObjectiveConfig,
+                 counts: dict[str, Tensor] | None = None) -> LossOutput:
     """L = L_ELF + repa_weight L_REPA + reg_weight L_REG for one batch (spec §4).
 
     L_ELF: (sum of per-token ||v - v_target||^2 / d over denoising rows + sum of token CE over decoder rows) divided
     by the number of supervised response positions of all rows (the reference's shared denominator; EOS padding is
     supervised). L_REPA: response content tokens (+ the REG/OLT token), in both branches. L_REG: velocity
-    regression of the REG state / d_r, denoising rows only.
+    regression of the REG state / d_r, denoising rows only. counts: global denominators from ``loss_counts``
+    (summed over ranks / micro-batches); default: this batch's own.
     """
     mcfg = student.config
     x, pm = batch.x, batch.prompt_mask
@@ -219,7 +241,7 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
         targets = student.token_to_head_ids(batch.tokens[dec])
         ce = F.cross_entropy(out.logits.float().flatten(0, 1), targets.flatten(), reduction="none")
         ce_sum = (ce.view_as(targets) * resp[dec]).sum()
-    n_resp = resp.sum().clamp_min(1)
+    n_resp = (resp.sum() if counts is None else counts["elf"].to(dev)).clamp_min(1)
     loss_elf = (l2_sum + ce_sum) / n_resp
     terms = {
         "loss_elf": loss_elf.detach(),
@@ -237,14 +259,15 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
                 raise ValueError("REPA on the REG/OLT token needs batch.teacher_at_source")
             extra_pred, extra_tgt = student.repa_projector(out.repa_extra), batch.teacher_at_source
         loss_repa = repa_loss(student.repa_projector(out.repa_hidden), batch.teacher, mask, cfg.repa_shift,
-                              cfg.repa_target == "mean_pooled", extra_pred, extra_tgt)
+                              cfg.repa_target == "mean_pooled", extra_pred, extra_tgt,
+                              None if counts is None else counts["repa"].to(dev))
         terms["loss_repa"] = loss_repa.detach()
         total = total + cfg.repa_weight * loss_repa
 
     if use_reg:
         v_r = velocity(out.reg_hat, r_in, t, floor)
         per_row = ((v_r - v_r_tgt.detach()) ** 2).mean(-1)  # ||v_r - v_r_target||^2 / d_r
-        loss_reg = (per_row * den).sum() / den.sum().clamp_min(1)
+        loss_reg = (per_row * den).sum() / (den.sum() if counts is None else counts["reg"].to(dev)).clamp_min(1)
         terms["loss_reg"] = loss_reg.detach()
         total = total + cfg.reg_weight * loss_reg
 

@@ -1,0 +1,140 @@
+"""Training checkpoints: ``ckpt-<step>/`` folders written whole into a temporary folder, then renamed.
+
+A checkpoint holds ``model/`` (an ElfModel folder with the EMA weights: loadable by ``ElfModel.from_pretrained``),
+``weights.safetensors`` (the raw student weights), ``optimizer*.safetensors`` + ``optimizer.json`` (tensors and
+the rest of each optimiser's state), ``train_state.json`` (step, data position, RNG states), ``config.yaml``
+(the resolved run config) and a ``COMPLETE`` marker. No pickle anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from elfreg.atomic import _fsync_dir, atomic_write, atomic_write_text
+
+CKPT_RE = re.compile(r"^ckpt-(\d+)$")
+
+
+def ckpt_dir(output: Path, step: int) -> Path:
+    return Path(output) / f"ckpt-{step:08d}"
+
+
+def list_checkpoints(output: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints in ``output``, oldest first."""
+    out = []
+    if Path(output).is_dir():
+        for p in Path(output).iterdir():
+            m = CKPT_RE.match(p.name)
+            if m and (p / "COMPLETE").is_file():
+                out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def latest_checkpoint(output: Path) -> Path | None:
+    ckpts = list_checkpoints(output)
+    return ckpts[-1][1] if ckpts else None
+
+
+def flatten_optimizer(state: dict[str, dict]) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """Optimiser state dicts -> (tensors for safetensors, JSON-able rest). DTensors are stored as local shards."""
+    tensors: dict[str, Tensor] = {}
+    meta: dict[str, Any] = {}
+    for name, sd in state.items():
+        entries = {}
+        for idx, st in sd["state"].items():
+            kinds = {}
+            for key, v in st.items():
+                if isinstance(v, Tensor):
+                    v = v.to_local() if hasattr(v, "to_local") else v
+                    tensors[f"{name}.{idx}.{key}"] = v.detach().cpu().contiguous()
+                    kinds[key] = "tensor"
+                else:
+                    kinds[key] = v
+            entries[str(idx)] = kinds
+        groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in sd["param_groups"]]
+        meta[name] = {"state": entries, "param_groups": groups}
+    return tensors, meta
+
+
+def unflatten_optimizer(tensors: dict[str, Tensor], meta: dict[str, Any]) -> dict[str, dict]:
+    """Inverse of ``flatten_optimizer`` (local tensors)."""
+    out = {}
+    for name, m in meta.items():
+        state = {}
+        for idx, kinds in m["state"].items():
+            state[int(idx)] = {k: (tensors[f"{name}.{idx}.{k}"] if v == "tensor" else v) for k, v in kinds.items()}
+        groups = [{k: (tuple(v) if k in ("betas", "ns_coefficients") else v) for k, v in g.items()}
+                  for g in m["param_groups"]]
+        out[name] = {"state": state, "param_groups": groups}
+    return out
+
+
+def write_checkpoint(output: Path, step: int, files: dict[str, Any], keep_last: int) -> Path:
+    """Write one checkpoint atomically (temporary folder + rename) and keep only the newest ``keep_last``.
+
+    ``files`` maps a relative name to a callable ``write(path)`` (or, for ``model``, ``write(folder)``).
+    """
+    from safetensors.torch import save_file  # noqa: F401  (writers use it)
+
+    output = Path(output)
+    final = ckpt_dir(output, step)
+    tmp = output / f".tmp-{final.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        for name, write in files.items():
+            write(tmp / name)
+        atomic_write_text(tmp / "COMPLETE", json.dumps({"step": step}))
+        if final.exists():  # a re-run of the same step (after a crash between rename and prune)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for _, old in list_checkpoints(output)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def clean_temporaries(output: Path) -> None:
+    """Remove half-written checkpoint folders left by a killed run."""
+    if Path(output).is_dir():
+        for p in Path(output).iterdir():
+            if p.name.startswith(".tmp-ckpt-"):
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def save_tensors(path: Path, tensors: dict[str, Tensor]) -> None:
+    from safetensors.torch import save_file
+
+    data = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    atomic_write(path, lambda p: save_file(data, str(p)))
+
+
+def load_tensors(path: Path) -> dict[str, Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def rng_state() -> dict[str, Any]:
+    """Global torch RNG states as JSON-able lists (training draws come from per-example generators)."""
+    state = {"cpu": torch.get_rng_state().tolist()}
+    if torch.cuda.is_available():
+        state["cuda"] = [s.tolist() for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(torch.tensor(state["cpu"], dtype=torch.uint8))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([torch.tensor(s, dtype=torch.uint8) for s in state["cuda"]])

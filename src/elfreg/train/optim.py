@@ -1,0 +1,193 @@
+"""Optimisers, schedule and EMA of the reference (facts §3.7): Muon on 2-D weight matrices, AdamW on the rest.
+
+Muon choice. ``torch.optim.Muon`` (used when ``train.muon_impl`` is auto/torch and torch has it) runs Nesterov
+momentum without bias correction and Newton–Schulz in bf16; its default ``adjust_lr_fn`` ("original") scales
+the update by sqrt(max(1, A/B)) for a (A, B) parameter, which is the reference's sqrt(max(1, fan_out/fan_in))
+for nn.Linear weights (stored (out, in)). The bare head matrices P (H×d) and U (d×V) are stored (in, out), so
+their group carries ``lr_scale`` = reference ratio / torch ratio and gets the reference scaling.
+``ReferenceMuon`` is the reference's own update (bias-corrected Nesterov momentum, fp32 Newton–Schulz, same
+scaling) and also handles FSDP-sharded (DTensor) matrices by gathering each update for the orthogonalisation.
+The Adam side is torch AdamW (the reference uses a Nesterov Adam; betas, eps and wd 0 are the reference's).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from elfreg.train.config import TrainConfig
+
+NS_COEFFS = (3.4445, -4.7750, 2.0315)
+
+
+def split_params(model: nn.Module) -> dict[str, list[tuple[str, nn.Parameter]]]:
+    """{"muon_out_in": Linear weights, "muon_in_out": other 2-D matrices, "adam": the rest} (trainable only)."""
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+    out: dict[str, list] = {"muon_out_in": [], "muon_in_out": [], "adam": []}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        if p.ndim == 2:
+            out["muon_out_in" if id(p) in linear else "muon_in_out"].append((name, p))
+        else:  # biases, norm weights, the (1, n, H) prefix tokens
+            out["adam"].append((name, p))
+    return out
+
+
+def fan_ratio(shape: tuple[int, ...], orientation: str) -> float:
+    """Reference update scale sqrt(max(1, fan_out / fan_in)); orientation "out_in" (nn.Linear) or "in_out"."""
+    fan_out, fan_in = (shape[0], shape[1]) if orientation == "out_in" else (shape[1], shape[0])
+    return math.sqrt(max(1.0, fan_out / fan_in))
+
+
+def newton_schulz(g: Tensor, steps: int = 5, eps: float = 1e-8) -> Tensor:
+    """Approximate orthogonalisation of a 2-D matrix (quintic Newton–Schulz, fp32), shape preserved."""
+    a, b, c = NS_COEFFS
+    x = g.float()
+    x = x / (x.norm() + eps)
+    tall = x.shape[0] > x.shape[1]
+    if tall:
+        x = x.T
+    for _ in range(steps):
+        s = x @ x.T
+        x = a * x + (b * s + c * s @ s) @ x
+    return x.T if tall else x
+
+
+class ReferenceMuon(torch.optim.Optimizer):
+    """Muon as in the reference: m = βm + (1-β)g; u = βm/(1-β^(k+1)) + (1-β)g/(1-β^k); p -= lr·s·NS(u)."""
+
+    def __init__(self, params, lr: float = 2e-3, momentum: float = 0.95, ns_steps: int = 5,
+                 weight_decay: float = 0.0, orientation: str = "out_in") -> None:
+        super().__init__(params, dict(lr=lr, momentum=momentum, ns_steps=ns_steps, weight_decay=weight_decay,
+                                      orientation=orientation))
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: D102
+        for group in self.param_groups:
+            beta = group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float64)
+                    state["momentum_buffer"] = torch.zeros_like(p, dtype=torch.float32)
+                state["step"] += 1
+                k = float(state["step"])
+                g = p.grad.float()
+                m = state["momentum_buffer"]
+                m.mul_(beta).add_(g, alpha=1 - beta)
+                u = m * (beta / (1 - beta ** (k + 1))) + g * ((1 - beta) / (1 - beta ** k))
+                if hasattr(u, "full_tensor"):  # FSDP2 DTensor: orthogonalise the whole matrix, keep our shard
+                    from torch.distributed.tensor import distribute_tensor
+
+                    o = newton_schulz(u.full_tensor(), group["ns_steps"])
+                    o = distribute_tensor(o, u.device_mesh, u.placements)
+                else:
+                    o = newton_schulz(u, group["ns_steps"])
+                if group["weight_decay"]:
+                    p.mul_(1 - group["lr"] * group["weight_decay"])
+                p.add_(o.to(p.dtype), alpha=-group["lr"] * fan_ratio(tuple(p.shape), group["orientation"]))
+
+
+class Optimizers:
+    """Several torch optimisers stepped together; each param group has a fixed ``lr_scale``."""
+
+    def __init__(self, optimizers: dict[str, torch.optim.Optimizer]) -> None:
+        self.optimizers = optimizers
+
+    def set_lr(self, lr: float) -> None:
+        for opt in self.optimizers.values():
+            for group in opt.param_groups:
+                group["lr"] = lr * group.get("lr_scale", 1.0)
+
+    def step(self) -> None:
+        for opt in self.optimizers.values():
+            opt.step()
+
+    def zero_grad(self) -> None:
+        for opt in self.optimizers.values():
+            opt.zero_grad(set_to_none=True)
+
+    def state_dict(self) -> dict[str, dict]:
+        return {k: opt.state_dict() for k, opt in self.optimizers.items()}
+
+    def load_state_dict(self, state: dict[str, dict]) -> None:
+        if sorted(state) != sorted(self.optimizers):
+            raise ValueError(f"optimiser state holds {sorted(state)}, this run has {sorted(self.optimizers)}")
+        for k, opt in self.optimizers.items():
+            opt.load_state_dict(state[k])
+
+
+def resolve_muon_impl(cfg: TrainConfig) -> str:
+    """'torch' or 'reference' for this run (auto: torch.optim.Muon if present and not FSDP)."""
+    if cfg.muon_impl != "auto":
+        return cfg.muon_impl
+    return "torch" if hasattr(torch.optim, "Muon") and cfg.parallel != "fsdp" else "reference"
+
+
+def build_optimizers(model: nn.Module, cfg: TrainConfig) -> Optimizers:
+    """Muon (2-D matrices) + AdamW (the rest) with one lr, or AdamW on everything (facts §3.7)."""
+    groups = split_params(model)
+    adam_kw = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                   weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        params = [p for g in groups.values() for _, p in g]
+        return Optimizers({"adamw": torch.optim.AdamW(params, **adam_kw)})
+    opts: dict[str, torch.optim.Optimizer] = {}
+    impl = resolve_muon_impl(cfg)
+    if impl == "torch":
+        if not hasattr(torch.optim, "Muon"):
+            raise RuntimeError("train.muon_impl=torch but this torch has no torch.optim.Muon")
+        pgroups = []
+        if groups["muon_out_in"]:
+            pgroups.append({"params": [p for _, p in groups["muon_out_in"]], "lr_scale": 1.0})
+        for _, p in groups["muon_in_out"]:  # one group each: the scale depends on the shape
+            torch_ratio = math.sqrt(max(1.0, p.shape[0] / p.shape[1]))
+            pgroups.append({"params": [p], "lr_scale": fan_ratio(tuple(p.shape), "in_out") / torch_ratio})
+        if pgroups:
+            opts["muon"] = torch.optim.Muon(pgroups, lr=cfg.lr, momentum=cfg.muon_momentum, nesterov=True,
+                                            weight_decay=cfg.weight_decay, adjust_lr_fn="original")
+    else:
+        pgroups = [{"params": [p for _, p in groups[k]], "orientation": k.split("_", 1)[1]}
+                   for k in ("muon_out_in", "muon_in_out") if groups[k]]
+        if pgroups:
+            opts["muon"] = ReferenceMuon(pgroups, lr=cfg.lr, momentum=cfg.muon_momentum,
+                                         weight_decay=cfg.weight_decay)
+    if groups["adam"]:
+        opts["adamw"] = torch.optim.AdamW([p for _, p in groups["adam"]], **adam_kw)
+    return Optimizers(opts)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Learning rate of optimiser step ``step`` (0-based): linear warmup to cfg.lr over warmup_steps, then constant."""
+    if cfg.warmup_steps == 0:
+        return cfg.lr
+    return cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps)
+
+
+class EMA:
+    """ema <- ema + (1 - decay)(p - ema) after every optimiser step; starts as a copy of the weights (facts §3.7)."""
+
+    def __init__(self, model: nn.Module, decay: float) -> None:
+        self.decay = decay
+        self.shadow = {n: p.detach().clone().float() for n, p in model.named_parameters()}
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        for n, p in model.named_parameters():
+            self.shadow[n].lerp_(p.detach().float(), 1.0 - self.decay)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return self.shadow
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        missing = sorted(set(self.shadow) - set(state))
+        if missing:
+            raise ValueError(f"EMA state misses {missing[:5]}")
+        with torch.no_grad():
+            for n, v in self.shadow.items():
+                v.copy_(state[n])

@@ -1,0 +1,407 @@
+"""The training loop (issue 5): per-example draws, global-count loss reduction, Muon/AdamW, EMA, checkpoints.
+
+Every example's draws come from a generator seeded by (seed, epoch, global index) and every loss term is divided
+by its count over the whole global batch (all ranks, all micro-batches), so a run's weights do not depend on the
+world size or the accumulation split (up to float reduction order).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from elfreg.atomic import atomic_write_text
+from elfreg.configtools import dump_yaml, to_dict
+from elfreg.hub import ElfModel
+from elfreg.objective import draw, loss_counts
+from elfreg.stats import FeatureStats
+from elfreg.train import checkpoint as ck
+from elfreg.train.config import RunConfig
+from elfreg.train.dist import DistInfo, all_reduce_sum, barrier, init_distributed, resolve_device, wrap
+from elfreg.train.features import CachedFeatures, StatsAccumulator, standardize_batch
+from elfreg.train.metrics import MetricsLog
+from elfreg.train.optim import EMA, build_optimizers, lr_at
+from elfreg.train.rng import example_generators
+
+SUM_TERMS = ("loss", "loss_elf", "loss_repa", "loss_reg")  # global-count contributions: summed
+MEAN_TERMS = ("l2", "ce", "decoder_frac")  # per-batch diagnostics: averaged
+
+
+class TrainingDiverged(RuntimeError):
+    """A NaN/inf loss; the message names the step and the last good checkpoint."""
+
+
+@dataclass
+class TrainResult:
+    step: int
+    output: Path
+    model_dir: Path | None
+    last_checkpoint: Path | None
+    history: list[dict] = field(default_factory=list)
+
+
+def _full(t: Tensor) -> Tensor:
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def _assign(dst: Tensor, full: Tensor) -> None:
+    """Copy a full tensor into a plain or FSDP-sharded (DTensor) destination."""
+    if hasattr(dst, "device_mesh"):
+        from torch.distributed.tensor import distribute_tensor
+
+        full = distribute_tensor(full.to(dst.dtype), dst.device_mesh, dst.placements)
+    dst.copy_(full.to(dst.device) if not hasattr(full, "device_mesh") else full)
+
+
+def match_backbones(cfg: RunConfig, backbones) -> RunConfig:
+    """Set model widths and vocab size from the loaded backbones (train.match_backbones)."""
+    m = cfg.model
+    changes = dict(feature_dim=backbones.feature_dim, vocab_size=len(backbones.tokenizer))
+    if backbones.teacher_dim is not None:
+        changes.update(teacher_dim=backbones.teacher_dim, reg_dim=backbones.teacher_dim)
+    return dataclasses.replace(cfg, model=dataclasses.replace(m, **changes))
+
+
+def check_backbones(cfg: RunConfig, backbones) -> None:
+    """Model widths must equal the backbones' (errors name the field)."""
+    from elfreg.configtools import check
+
+    check(cfg.model.feature_dim == backbones.feature_dim, "model.feature_dim",
+          f"{cfg.model.feature_dim} != encoder width {backbones.feature_dim}")
+    check(cfg.model.vocab_size >= len(backbones.tokenizer), "model.vocab_size",
+          f"{cfg.model.vocab_size} < len(tokenizer) = {len(backbones.tokenizer)}")
+    if backbones.teacher_dim is not None and cfg.model.repa:
+        check(cfg.model.teacher_dim == backbones.teacher_dim, "model.teacher_dim",
+              f"{cfg.model.teacher_dim} != teacher width {backbones.teacher_dim}")
+    if backbones.teacher_dim is not None and cfg.model.extra_token == "reg":
+        check(cfg.model.reg_dim == backbones.teacher_dim, "model.reg_dim",
+              f"{cfg.model.reg_dim} != teacher width {backbones.teacher_dim}")
+
+
+def need_teacher(cfg: RunConfig) -> bool:
+    return cfg.backbones.teacher is not None and (cfg.objective.use_repa or cfg.objective.use_reg
+                                                  or cfg.model.extra_token == "reg")
+
+
+class Trainer:
+    """One training run in ``output``; see ``train``."""
+
+    def __init__(self, cfg: RunConfig, output: str | Path, resume: str = "auto", backbones=None,
+                 dataset: CachedFeatures | None = None, hooks: list[Callable[[int], None]] = ()) -> None:
+        if resume not in ("auto", "never"):
+            raise ValueError(f"resume must be 'auto' or 'never', got {resume!r}")
+        self.info: DistInfo = init_distributed()
+        self.device = resolve_device(cfg.train.device, self.info)
+        self.output = Path(output)
+        self.hooks = list(hooks)
+        tc = cfg.train
+        world = self.info.world_size
+        if tc.batch_size % world:
+            raise ValueError(f"train.batch_size {tc.batch_size} is not divisible by the world size {world}")
+        self.per_rank = tc.batch_size // world
+        self.need_teacher = need_teacher(cfg)
+        if backbones is None:
+            from elfreg.backbones import Backbones
+
+            backbones = Backbones(cfg.backbones, self.device, need_teacher=self.need_teacher)
+        self.backbones = backbones
+        if tc.match_backbones:
+            cfg = match_backbones(cfg, backbones)
+        check_backbones(cfg, backbones)
+        self.cfg = cfg
+        if self.info.is_main:
+            self.output.mkdir(parents=True, exist_ok=True)
+            ck.clean_temporaries(self.output)
+        barrier(self.info)
+        self.resume_from = ck.latest_checkpoint(self.output) if resume == "auto" else None
+        self.dataset = dataset
+        self.batches = self._make_batches()
+        self._build_model()
+
+    # -- setup ----------------------------------------------------------------------------------------------------
+    def _make_batches(self):
+        from elfreg.train.batches import CachedBatches, StreamBatches
+
+        cfg, info = self.cfg, self.info
+        if cfg.data.features == "cached" or self.dataset is not None:
+            if self.dataset is None:
+                self.dataset = self._build_cache()
+            return CachedBatches(self.dataset, cfg.train.seed, info.rank, info.world_size, cfg.data.epochs,
+                                 self.device)
+        return StreamBatches(self._stream(info.rank, info.world_size), cfg.data.task, self.backbones,
+                             cfg.canvas_config(), self.need_teacher, cfg.data.on_bad_row)
+
+    def _stream(self, rank: int, world: int, epochs: int | None | str = "cfg"):
+        import os
+
+        from elfreg.data import ExampleStream
+
+        d = self.cfg.data
+        if not d.sources:
+            raise ValueError("data.sources is empty: name at least one source (see docs/data.md)")
+        specs = d.source_specs(os.environ.get("ELFREG_SHARED") or str(Path.cwd().parent / "shared"))
+        return ExampleStream(specs, self.cfg.train.seed, d.shuffle_buffer, d.epochs if epochs == "cfg" else epochs,
+                             rank, world)
+
+    def _build_cache(self) -> CachedFeatures:
+        rows = list(self._stream(0, 1, epochs=1))
+        cache_dir = self.cfg.data.cache_dir or str(self.output / "feature-cache")
+        if self.info.is_main:
+            CachedFeatures.build_or_load(rows, self.backbones, self.cfg.canvas_config(), cache_dir,
+                                         self.cfg.data.task, self.need_teacher)
+        barrier(self.info)
+        return CachedFeatures.build_or_load(rows, self.backbones, self.cfg.canvas_config(), cache_dir,
+                                            self.cfg.data.task, self.need_teacher)
+
+    def _estimate_stats(self) -> tuple[FeatureStats, FeatureStats | None, FeatureStats | None]:
+        """Statistics from the first train.stats_canvases canvases of the global order (identical on every rank)."""
+        from elfreg.train.batches import CachedBatches, StreamBatches
+
+        cfg = self.cfg
+        if self.dataset is not None:
+            src = CachedBatches(self.dataset, cfg.train.seed, 0, 1, 1)
+        else:
+            src = StreamBatches(self._stream(0, 1, epochs=1), cfg.data.task, self.backbones, cfg.canvas_config(),
+                                self.need_teacher, cfg.data.on_bad_row)
+        m = cfg.model
+        acc = StatsAccumulator.for_dims(m.feature_dim, m.reg_dim if m.extra_token == "reg" else None,
+                                        m.teacher_dim if cfg.backbones.standardize_teacher else None)
+        seen = 0
+        while seen < cfg.train.stats_canvases:
+            nb = src.next_batch(1)
+            if nb is None:
+                break
+            acc.update(nb[0])
+            seen += 1
+        if seen == 0:
+            raise ValueError("no training canvas available to estimate the feature statistics")
+        return acc.finalize()
+
+    def _build_model(self) -> None:
+        cfg, tc = self.cfg, self.cfg.train
+        torch.manual_seed(tc.seed)
+        elf = ElfModel.new(cfg.elf_config())
+        ema_init = None
+        self.state: dict = {"step": 0}
+        if self.resume_from is not None:
+            saved = ElfModel.from_pretrained(self.resume_from / "model")
+            elf.x_stats, elf.reg_stats, elf.teacher_stats = saved.x_stats, saved.reg_stats, saved.teacher_stats
+            elf.student.load_state_dict(ck.load_tensors(self.resume_from / "weights.safetensors"))
+            ema_init = {k: v.float() for k, v in saved.student.state_dict().items()}
+            self.state = json.loads((self.resume_from / "train_state.json").read_text())
+        elif tc.init_from:
+            path = Path(tc.init_from)
+            src = ElfModel.from_pretrained(path / "model" if (path / "model" / "config.json").is_file() else path)
+            missing, unexpected = elf.student.load_state_dict(src.student.state_dict(), strict=False)
+            if missing or unexpected:
+                raise ValueError(f"train.init_from {path}: weights do not match the model config "
+                                 f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+            elf.x_stats, elf.reg_stats, elf.teacher_stats = src.x_stats, src.reg_stats, src.teacher_stats
+        else:
+            elf.x_stats, reg, teacher = self._estimate_stats()
+            if cfg.model.extra_token == "reg":
+                elf.reg_stats = reg
+            elf.teacher_stats = teacher
+        self.elf = elf
+        student = elf.student.to(self.device).train()
+        student.grad_checkpointing = tc.grad_checkpointing
+        self.student = student
+        self.module = wrap(student, tc.parallel, self.info, self.device)
+        if tc.compile:
+            self.module = torch.compile(self.module)
+        self.optim = build_optimizers(student, tc)
+        self.ema = EMA(student, tc.ema_decay)
+        if self.resume_from is not None:
+            self._load_train_state(ema_init)
+
+    def _load_train_state(self, ema_full: dict[str, Tensor]) -> None:
+        with torch.no_grad():
+            for n, v in self.ema.shadow.items():
+                _assign(v, ema_full[n])
+        d = self.resume_from
+        meta = json.loads((d / "optimizer.json").read_text())
+        world = self.state.get("world_size", 1)
+        if world != self.info.world_size:
+            raise ValueError(f"{d} was written by {world} processes; resume with the same world size "
+                             f"(this run has {self.info.world_size})")
+        name = f"optimizer-rank{self.info.rank}.safetensors" if self.cfg.train.parallel == "fsdp" \
+            else "optimizer.safetensors"
+        state = ck.unflatten_optimizer(ck.load_tensors(d / name), meta)
+        for key, opt in self.optim.optimizers.items():  # FSDP: local shards back into DTensors
+            params = [p for g in opt.param_groups for p in g["params"]]
+            for idx, st in state[key]["state"].items():
+                p = params[idx]
+                if hasattr(p, "device_mesh"):
+                    from torch.distributed.tensor import DTensor
+
+                    for k, v in st.items():
+                        if isinstance(v, Tensor) and v.shape == p.to_local().shape and v.ndim > 0:
+                            st[k] = DTensor.from_local(v.to(p.device), p.device_mesh, p.placements)
+        self.optim.load_state_dict(state)
+        self.batches.load_state_dict(self.state["data"][self.info.rank])
+        ck.set_rng_state(self.state["rng"])
+
+    # -- one optimiser step ---------------------------------------------------------------------------------------
+    def _autocast(self):
+        p = self.cfg.train.precision
+        on = self.device.type == "cuda" and p in ("auto", "bf16") or (p == "bf16" and self.device.type == "cpu")
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=on)
+
+    def _micro_batches(self):
+        cfg, m = self.cfg, self.cfg.model
+        out = []
+        for _ in range(cfg.train.grad_accum):
+            nb = self.batches.next_batch(self.per_rank)
+            if nb is None:
+                return None
+            raw, keys = nb
+            batch = standardize_batch(raw, self.elf.x_stats, self.elf.reg_stats,
+                                      self.elf.teacher_stats if cfg.backbones.standardize_teacher else None)
+            draws = draw(cfg.objective, example_generators(cfg.train.seed, keys), batch.x.shape[1], m.feature_dim,
+                         m.reg_dim if m.extra_token == "reg" else None)
+            out.append((batch.to(self.device), draws))
+        return out
+
+    def step_once(self, step: int) -> dict | None:
+        """Run optimiser step ``step`` (0-based); returns its metrics, or None when the data ran out."""
+        cfg, info = self.cfg, self.info
+        t0 = time.perf_counter()
+        micro = self._micro_batches()
+        if micro is None:
+            return None
+        t1 = time.perf_counter()
+        counts = {}
+        for batch, draws in micro:
+            for k, v in loss_counts(batch, draws, cfg.objective, cfg.model.extra_token).items():
+                counts[k] = counts.get(k, 0) + v.to(self.device)
+        names = sorted(counts)
+        total = all_reduce_sum(torch.stack([counts[k].float() for k in names]), info)
+        counts = {k: total[i] for i, k in enumerate(names)}
+        self.optim.set_lr(lr_at(step, cfg.train))
+        self.optim.zero_grad()
+        sums = torch.zeros(len(SUM_TERMS) + len(MEAN_TERMS), device=self.device)
+        for i, (batch, draws) in enumerate(micro):
+            sync = i == len(micro) - 1 or not hasattr(self.module, "no_sync")
+            ctx = contextlib.nullcontext() if sync else self.module.no_sync()
+            with ctx:
+                with self._autocast():
+                    out = self.module(batch, draws, cfg.objective, counts)
+                (out.loss * info.world_size).backward()
+            vals = [out.terms.get(k, torch.zeros(())) for k in SUM_TERMS]
+            vals += [out.terms[k] / (len(micro) * info.world_size) for k in MEAN_TERMS]
+            sums += torch.stack([v.detach().float().to(self.device) for v in vals])
+        sums = all_reduce_sum(sums, info)
+        loss = float(sums[0])
+        if not math.isfinite(loss):
+            last = ck.latest_checkpoint(self.output)
+            raise TrainingDiverged(f"loss is {loss} at step {step + 1}; last good checkpoint: "
+                                   f"{last if last is not None else 'none (no checkpoint written yet)'}")
+        for p in self.student.parameters():  # the reference zero-fills missing gradients
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.student.parameters(),
+                                                   cfg.train.clip_grad if cfg.train.clip_grad > 0 else float("inf"))
+        self.optim.step()
+        self.ema.update(self.student)
+        t2 = time.perf_counter()
+        metrics = {k: float(sums[i]) for i, k in enumerate(SUM_TERMS + MEAN_TERMS)}
+        metrics.update(lr=lr_at(step, cfg.train), grad_norm=float(_full(grad_norm)),
+                       time_features=t1 - t0, time_update=t2 - t1,
+                       tokens=cfg.train.batch_size * cfg.train.grad_accum * micro[0][0].x.shape[1])
+        return metrics
+
+    # -- checkpoints ----------------------------------------------------------------------------------------------
+    def save(self, step: int) -> Path | None:
+        """Write ckpt-<step> (collective under FSDP; the main rank writes)."""
+        info = self.info
+        weights = {k: _full(v).detach().cpu() for k, v in self.student.state_dict().items()}
+        ema = {k: _full(v).detach().cpu() for k, v in self.ema.shadow.items()}
+        opt_tensors, opt_meta = ck.flatten_optimizer(self.optim.state_dict())
+        data_states = [self.batches.state_dict()]
+        if info.enabled:
+            import torch.distributed as dist
+
+            data_states = [None] * info.world_size
+            dist.all_gather_object(data_states, self.batches.state_dict())
+        shard_dir = self.output / ".optim-shards"
+        if self.cfg.train.parallel == "fsdp" and info.enabled:
+            ck.save_tensors(shard_dir / f"optimizer-rank{info.rank}.safetensors", opt_tensors)
+        barrier(info)
+        path = None
+        if info.is_main:
+            dtype = next(iter(self.student.state_dict().values())).dtype
+            state = {"step": step, "world_size": info.world_size, "data": data_states, "rng": ck.rng_state()}
+
+            def write_model(folder: Path) -> None:
+                self.elf.save_pretrained(folder, {k: v.to(dtype) for k, v in ema.items()})
+
+            def write_opt(p: Path) -> None:
+                if self.cfg.train.parallel == "fsdp" and info.enabled:
+                    for r in range(info.world_size):
+                        name = f"optimizer-rank{r}.safetensors"
+                        (shard_dir / name).replace(p.parent / name)
+                else:
+                    ck.save_tensors(p, opt_tensors)
+
+            files = {
+                "model": write_model,
+                "weights.safetensors": lambda p: ck.save_tensors(p, weights),
+                "optimizer.safetensors": write_opt,
+                "optimizer.json": lambda p: atomic_write_text(p, json.dumps(opt_meta)),
+                "train_state.json": lambda p: atomic_write_text(p, json.dumps(state)),
+                "config.yaml": lambda p: dump_yaml(self.cfg, p),
+            }
+            path = ck.write_checkpoint(self.output, step, files, self.cfg.train.keep_last)
+        barrier(info)
+        return path
+
+    # -- the run --------------------------------------------------------------------------------------------------
+    def run(self) -> TrainResult:
+        cfg, tc, info = self.cfg, self.cfg.train, self.info
+        step = int(self.state["step"])
+        if info.is_main:
+            dump_yaml(cfg, self.output / "config.yaml")
+        log = MetricsLog(self.output, info.is_main, tc.steps, step, tc.progress and info.is_main, tc.tensorboard,
+                         tc.wandb_project, to_dict(cfg))
+        history, last_ckpt = [], ck.latest_checkpoint(self.output)
+        saved_step = step if self.resume_from is not None else -1  # same on every rank
+        try:
+            while step < tc.steps:
+                metrics = self.step_once(step)
+                if metrics is None:
+                    break
+                step += 1
+                history.append({"step": step, **metrics})
+                log.advance()
+                if step % tc.log_every == 0 or step == tc.steps:
+                    log.log(step, metrics)
+                if step % tc.save_every == 0:
+                    last_ckpt, saved_step = self.save(step) or last_ckpt, step
+                for hook in self.hooks:
+                    hook(step)
+            if saved_step != step:
+                last_ckpt = self.save(step) or last_ckpt
+        finally:
+            log.close()
+        model_dir = None
+        dtype = next(iter(self.student.state_dict().values())).dtype
+        ema = {k: _full(v).detach().cpu().to(dtype) for k, v in self.ema.shadow.items()}  # collective under FSDP
+        if info.is_main:
+            model_dir = self.output / "model"
+            self.elf.save_pretrained(model_dir, ema)
+        return TrainResult(step, self.output, model_dir, last_ckpt, history)
+
+
+def train(cfg: RunConfig, output: str | Path, resume: str = "auto", backbones=None,
+          dataset: CachedFeatures | None = None, hooks: list[Callable[[int], None]] = ()) -> TrainResult:
+    """Train (or resume) a run in ``output``; returns the final step, checkpoint and EMA model folder."""
+    return Trainer(cfg, output, resume, backbones, dataset, hooks).run()

@@ -1,0 +1,82 @@
+"""Every preset under configs/ loads and validates; each ablation changes only its own switches (spec §10)."""
+
+from pathlib import Path
+
+import pytest
+
+from elfreg.configtools import ConfigError, to_dict
+from elfreg.train.config import load_run_config
+
+ROOT = Path(__file__).resolve().parents[2] / "configs"
+YAMLS = sorted(ROOT.rglob("*.yaml"))
+
+
+def test_presets_exist():
+    names = {str(p.relative_to(ROOT)) for p in YAMLS}
+    for task in ("gsm8k", "math", "code"):
+        for m in ("elf-b", "elf-reg-b", "elf-l", "elf-reg-l"):
+            assert f"{task}/{m}.yaml" in names
+    assert "tiny-smoke.yaml" in names and len([n for n in names if n.startswith("ablations/")]) == 9
+
+
+@pytest.mark.parametrize("path", YAMLS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_yaml_validates(path):
+    cfg = load_run_config(path)
+    assert cfg.model.max_prompt_len < cfg.model.max_len
+    if "reg" in path.stem and path.parent.name != "ablations":
+        assert cfg.model.extra_token == "reg" and cfg.objective.use_reg and cfg.objective.use_repa
+
+
+def flat(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k not in ("columns",):
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+EXPECTED = {
+    "repa-only": {"model.extra_token": "none", "objective.use_reg": False},
+    "reg-only": {"model.repa": False, "objective.use_repa": False},
+    "repa-reg": {},
+    "olt": {"model.extra_token": "olt", "objective.use_reg": False},
+    "shift1": {"objective.repa_shift": 1},
+    "mean-pooled": {"objective.repa_target": "mean_pooled"},
+    "repa-on-prompt": {"objective.repa_on_prompt": True},
+    "repa-block-8": {"model.repa_block": 8},
+    "encoder-t5-small": {"model.extra_token": "none", "model.repa": False, "objective.use_repa": False,
+                         "objective.use_reg": False, "backbones.encoder": "google-t5/t5-small",
+                         "backbones.encoder_layer": -1, "backbones.teacher": None},
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_ablation_changes_only_its_switches(name):
+    base = flat(to_dict(load_run_config(ROOT / "gsm8k" / "elf-reg-b.yaml")))
+    abl = flat(to_dict(load_run_config(ROOT / "ablations" / f"{name}.yaml")))
+    assert {k: v for k, v in abl.items() if base.get(k) != v} == EXPECTED[name]
+
+
+def test_math_starts_from_gsm8k_and_elf_l_uses_fsdp():
+    cfg = load_run_config(ROOT / "math" / "elf-reg-l.yaml")
+    assert cfg.train.init_from == "runs/gsm8k-elf-reg-l/model"
+    assert cfg.train.parallel == "fsdp" and cfg.model.width == 1280 and cfg.model.repa_block == 8
+    assert load_run_config(ROOT / "code" / "elf-b.yaml").model.max_prompt_len == 512
+
+
+def test_bad_values_name_the_field(tmp_path):
+    with pytest.raises(ConfigError, match="train.lr"):
+        load_run_config(ROOT / "tiny-smoke.yaml", ["train.lr=-1"])
+    with pytest.raises(ConfigError, match="train.nope"):
+        load_run_config(ROOT / "tiny-smoke.yaml", ["train.nope=1"])
+    with pytest.raises(ConfigError, match="objective.use_reg"):
+        load_run_config(ROOT / "tiny-smoke.yaml", ["model.extra_token=none"])
+    with pytest.raises(ConfigError, match=r"data.sources\[0\]"):
+        load_run_config(ROOT / "tiny-smoke.yaml", ["data.sources=[{name: x, task: math}]"])
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  lr: [1\n")
+    with pytest.raises(ConfigError, match="bad.yaml:"):
+        load_run_config(bad)
+    assert load_run_config(ROOT / "tiny-smoke.yaml", ["train.lr=1e-3"]).train.lr == 1e-3

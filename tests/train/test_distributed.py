@@ -1,0 +1,61 @@
+"""2 processes on CPU (gloo): identical weights on both ranks, equal to one process with the same global batch."""
+
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from safetensors.torch import load_file
+
+from _dist_worker import run
+from _tiny import tiny_overrides
+from elfreg.train.config import load_run_config
+from elfreg.train.trainer import Trainer
+
+CONFIG = "configs/tiny-smoke.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def single(tmp_path, overrides):
+    t = Trainer(load_run_config(CONFIG, overrides), tmp_path / "single")
+    res = t.run()
+    return {k: v.detach() for k, v in t.student.state_dict().items()}, torch.tensor([h["loss"] for h in res.history])
+
+
+def two_procs(tmp_path, overrides, name):
+    result = str(tmp_path / name)
+    mp.spawn(run, args=(2, free_port(), CONFIG, overrides, str(tmp_path / f"{name}-out"), result), nprocs=2)
+    return ([load_file(f"{result}-rank{r}.safetensors") for r in range(2)],
+            [load_file(f"{result}-loss-rank{r}.safetensors")["loss"] for r in range(2)])
+
+
+@pytest.mark.slow
+def test_ddp_two_ranks_match_single_process(tmp_path, tiny_lm_dir, sums_jsonl):
+    # fp32 Newton–Schulz (reference Muon): torch.optim.Muon's bf16 orthogonalisation turns float reduction-order
+    # differences into ~1e-5 weight differences per step, which would need a looser tolerance.
+    over = tiny_overrides(tiny_lm_dir, sums_jsonl, **{"train.steps": 4, "train.batch_size": 8, "train.save_every": 2,
+                                                      "train.muon_impl": "reference"})
+    ref, ref_loss = single(tmp_path, over)
+    (w0, w1), (l0, l1) = two_procs(tmp_path, over, "ddp")
+    for k in ref:
+        assert torch.equal(w0[k], w1[k]), f"ranks differ at {k}"
+        torch.testing.assert_close(w0[k], ref[k], rtol=1e-4, atol=1e-5, msg=f"DDP vs single at {k}")
+    torch.testing.assert_close(l0, ref_loss, rtol=1e-5, atol=1e-6)
+    assert torch.equal(l0, l1)
+
+
+@pytest.mark.slow
+def test_fsdp_two_ranks_match_single_process(tmp_path, tiny_lm_dir, sums_jsonl):
+    over = tiny_overrides(tiny_lm_dir, sums_jsonl, **{"train.steps": 2, "train.batch_size": 8, "train.save_every": 2,
+                                                      "train.parallel": "fsdp"})
+    ref, ref_loss = single(tmp_path, over)  # one process: no sharding, same reference Muon
+    (w0, w1), (l0, _) = two_procs(tmp_path, over, "fsdp")
+    for k in ref:
+        assert torch.equal(w0[k], w1[k]), f"ranks differ at {k}"
+        torch.testing.assert_close(w0[k], ref[k], rtol=1e-4, atol=1e-5, msg=f"FSDP vs single at {k}")
+    torch.testing.assert_close(l0, ref_loss, rtol=1e-5, atol=1e-6)
