@@ -39,8 +39,12 @@ def plot_diagnostics(models: Mapping[str, Mapping[str, Any]], path: str | Path, 
     ax_acc.set(title="(a) acceleration ||a_t|| (uniform grid)", xlabel="t", yscale="log")
     titles = ["(b) text end-point error ||d_j - y_end||", "(c) stable-token fraction",
               "(d) agreement with the end", "(e) accuracy"]
+    ticks = sorted({r["nfe"] for res in models.values() for r in res["readouts"]})
     for ax, title in zip((ax_err, ax_stab, ax_agree, ax_pass), titles):
-        ax.set(title=title, xlabel="NFE", xscale="log")
+        ax.set(title=title, xlabel="NFE")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(n) for n in ticks])
+        ax.minorticks_off()
         ax.axvline(early_nfe, color="gray", linestyle=":", linewidth=1)
     ax_err.set_yscale("log")
     for ax in axes:

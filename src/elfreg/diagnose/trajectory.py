@@ -111,14 +111,15 @@ def run_acceleration(network, x_prompt: torch.Tensor, prompt_mask: torch.Tensor,
     prev = None
     for st in euler_path(network, x_prompt, prompt_mask, cfg, keys, times=times):
         if prev is not None:
-            dt = (st.t - prev.t).double().cpu()                          # (B,) t_{j+1} - t_j
-            a = (st.v.double().cpu() - prev.v.double().cpu()) / dt[:, None, None]
-            text_sq = (a ** 2).flatten(1).sum(1)
+            # difference on the network's device (float32), only the (B,) norms come back
+            dt = (st.t - prev.t).float()                                  # (B,) t_{j+1} - t_j
+            a = (st.v - prev.v) / dt[:, None, None]
+            text_sq = (a ** 2).flatten(1).sum(1).double().cpu()
             text.append(text_sq.sqrt())
-            token.append((a.norm(dim=-1) * response).sum(1) / n_resp)
+            token.append((a.norm(dim=-1).double().cpu() * response).sum(1) / n_resp)
             if st.vr is not None:
-                ar = (st.vr.double().cpu() - prev.vr.double().cpu()) / dt[:, None]
-                joint.append((text_sq + (ar ** 2).sum(1)).sqrt())
+                ar = (st.vr - prev.vr) / dt[:, None]
+                joint.append((text_sq + (ar ** 2).sum(1).double().cpu()).sqrt())
         prev = st
     return AccelerationProfile(times=times[:, : times.shape[1] - 2].clone(), text_norm=torch.stack(text),
                                token_norm=torch.stack(token), joint_norm=torch.stack(joint) if joint else None)
