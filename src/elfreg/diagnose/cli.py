@@ -1,0 +1,145 @@
+"""`elfreg diagnose`: trajectory diagnostics of one or two models -> diagnostics.json + diagnostics.png (spec §9)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from elfreg.atomic import atomic_write, atomic_write_text
+from elfreg.diagnose.config import STATE_DTYPES, DiagnoseConfig
+from elfreg.diagnose.plot import plot_diagnostics
+from elfreg.diagnose.run import diagnose_model, read_problems
+from elfreg.diagnose.tasks import AnswerTask, no_external_task, resolve_task
+from elfreg.sampling.cli import LoadedModel, load_elf_model
+from elfreg.sampling.config import W_PRESETS, w_for_task
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def register(subparsers: Any) -> None:
+    """Add the `diagnose` subcommand to an argparse subparsers object."""
+    p = subparsers.add_parser("diagnose", help="trajectory diagnostics: end-point error, stability, agreement (spec §9)",
+                              description=__doc__)
+    p.add_argument("--model", required=True, help="model directory (ElfModel.from_pretrained)")
+    p.add_argument("--model2", default=None, help="a second model to compare (e.g. ELF vs ELF-REG)")
+    p.add_argument("--label", default=None, help="name of --model in the outputs (default: folder name)")
+    p.add_argument("--label2", default=None, help="name of --model2 in the outputs (default: folder name)")
+    p.add_argument("--prompts", required=True, help="JSONL: 'prompt' string, optional 'answer' and 'id' per line")
+    p.add_argument("--out", required=True, help="output folder for diagnostics.json and diagnostics.png")
+    p.add_argument("--steps", type=int, default=512, help="M: points of the master path (M - 1 denoiser calls)")
+    p.add_argument("--readouts", type=_ints, default=None,
+                   help="read-out NFE values N (clean prediction d_{N-2}); the end N = M is always added "
+                        "(default 2,4,...,M/2 and M)")
+    p.add_argument("--seeds", type=_ints, default=[0], help="generation seeds, e.g. 0,1,2,3")
+    p.add_argument("--early-nfe", type=int, default=None,
+                   help="early-stop NFE of the closing table (default 64 if a read-out, else the middle one)")
+    p.add_argument("--accel-steps", type=int, default=None,
+                   help="points of the uniform acceleration path (default --steps; 0 skips it)")
+    p.add_argument("--task", default="gsm8k", help="answer extractor / scorer (built-in: gsm8k, exact)")
+    p.add_argument("--w", type=float, default=None, help="guidance scale (default: the task's preset, else 3)")
+    p.add_argument("--sigma", type=float, default=None, help="noise scale (default: the model's training sigma)")
+    p.add_argument("--drop-reg", action="store_true", help="ablation: omit the REG token at inference")
+    p.add_argument("--state-dtype", default="float32", help=f"storage of read-out states: {', '.join(STATE_DTYPES)}")
+    p.add_argument("--batch-size", type=int, default=8, help="rows per network call")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=cmd_diagnose)
+
+
+def _default_readouts(m: int) -> list[int]:
+    out, n = [], 2
+    while n < m:
+        out.append(n)
+        n *= 2
+    return out + [m]
+
+
+def config_from_args(args: argparse.Namespace) -> DiagnoseConfig:
+    """DiagnoseConfig from parsed arguments (ValueError naming the field on bad input)."""
+    m = args.steps
+    readouts = args.readouts if args.readouts is not None else _default_readouts(m)
+    full = sorted(set(readouts) | {m})
+    early = args.early_nfe if args.early_nfe is not None else (64 if 64 in full[:-1] else full[(len(full) - 1) // 2])
+    w = args.w if args.w is not None else (w_for_task(args.task) if args.task.lower() in W_PRESETS else 3.0)
+    return DiagnoseConfig(steps=m, readouts=tuple(readouts), seeds=tuple(args.seeds), early_nfe=early, w=w,
+                          sigma=args.sigma if args.sigma is not None else DiagnoseConfig.sigma,
+                          drop_reg=args.drop_reg, accel_steps=m if args.accel_steps is None else args.accel_steps,
+                          state_dtype=args.state_dtype, batch_size=args.batch_size, task=args.task)
+
+
+def early_table(results: dict[str, dict]) -> str:
+    """Markdown table of answer vs full-text agreement and flips at the early-stop NFE, one row per model."""
+    lines = ["| model | NFE | answer agreement | full-text agreement | acc. early | acc. end | up | down | net |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:.2f}%"
+
+    for label, res in results.items():
+        e = res["early_stop"]
+        f = e["flips"] or {"up": "n/a", "down": "n/a", "n": e["n"], "net": None}
+        net = "n/a" if f["net"] is None else f"{100 * f['net']:+.2f} pp"
+        lines.append(f"| {label} | {e['nfe']} of {e['end_nfe']} | {pct(e['answer_agreement'])} | "
+                     f"{pct(e['response_agreement'])} | {pct(e['accuracy_early'])} | {pct(e['accuracy_end'])} | "
+                     f"{f['up']}/{f['n']} | {f['down']}/{f['n']} | {net} |")
+    return "\n".join(lines)
+
+
+def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], LoadedModel] = load_elf_model,
+                 task_lookup: Callable[[str], AnswerTask | None] = no_external_task) -> int:
+    """Run `elfreg diagnose`; returns an exit code (2 for bad input, found before any model is loaded)."""
+    try:
+        cfg = config_from_args(args)
+        task = resolve_task(args.task, task_lookup)
+        problems = read_problems(args.prompts)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"elfreg diagnose: error: {exc}", file=sys.stderr)
+        return 2
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    specs = [(args.label or Path(args.model).name, args.model)]
+    if args.model2:
+        specs.append((args.label2 or Path(args.model2).name, args.model2))
+    if len({label for label, _ in specs}) != len(specs):
+        specs = [(f"{label} ({i + 1})", path) for i, (label, path) in enumerate(specs)]
+    results: dict[str, dict] = {}
+    settings: dict[str, dict] = {}
+    for label, path in specs:
+        loaded = load(path, device)
+        mcfg = cfg if args.sigma is not None or loaded.sigma is None else dataclasses.replace(cfg, sigma=loaded.sigma)
+        try:
+            results[label] = diagnose_model(loaded.network, loaded.encoder, loaded.tokenizer, problems, mcfg, task,
+                                            device, loaded.max_prompt_len, progress=not args.no_progress)
+        except ValueError as exc:
+            print(f"elfreg diagnose: error: {exc}", file=sys.stderr)
+            return 2
+        settings[label] = {"model": str(path), **mcfg.to_dict(), "prompts": problems.source}
+    out = Path(args.out)
+    doc = {"settings": settings, "models": results, "early_stop_table": early_table(results)}
+    atomic_write_text(out / "diagnostics.json", json.dumps(doc, indent=1) + "\n")
+    atomic_write(out / "diagnostics.png", lambda p: plot_diagnostics(results, p, cfg.early_nfe))
+    print(doc["early_stop_table"])
+    print(f"elfreg diagnose: wrote {out / 'diagnostics.json'} and {out / 'diagnostics.png'}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry point (python -m elfreg.diagnose.cli diagnose ...) until the lead wires `elfreg`."""
+    parser = argparse.ArgumentParser(prog="elfreg")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

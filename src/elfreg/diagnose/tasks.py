@@ -1,0 +1,87 @@
+"""Answer extraction and scoring used by the diagnostics: a small task interface plus built-in fallbacks.
+
+A task is `extract(text) -> answer | None` and `is_correct(text, problem) -> bool`, where `problem` is
+the prompt record (a dict with "prompt" and, for scoring, "answer"). `resolve_task` asks a lookup
+function first (the evaluation harness's registry plugs in there) and falls back to the built-ins.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable, Mapping
+
+_FINAL = re.compile(r"####\s*(-?\$?\s*[\d,]*\.?\d+)")
+
+
+@dataclass(frozen=True)
+class AnswerTask:
+    """A task's answer extractor and scorer."""
+
+    name: str
+    extract: Callable[[str], str | None]
+    is_correct: Callable[[str, Mapping[str, Any]], bool]
+
+
+def _normalise_number(s: str) -> str | None:
+    """'$1,234.50' -> '1234.5'; None when s is not a number."""
+    s = s.replace(",", "").replace("$", "").replace(" ", "").rstrip(".")
+    try:
+        value = Decimal(s)
+    except InvalidOperation:
+        return None
+    text = format(value.normalize(), "f")
+    return "0" if text in ("-0", "") else text
+
+
+def extract_final_number(text: str) -> str | None:
+    """GSM8K-style answer: the number after the last '####', normalised ('1,000.0' -> '1000'), else None."""
+    found = _FINAL.findall(text)
+    return _normalise_number(found[-1]) if found else None
+
+
+def gold_answer(problem: Mapping[str, Any]) -> str | None:
+    """The reference answer of a prompt record: its 'answer' field (a full '... #### x' solution is cut to x)."""
+    gold = problem.get("answer")
+    if gold is None:
+        return None
+    gold = str(gold)
+    return extract_final_number(gold) if "####" in gold else (_normalise_number(gold) or gold.strip())
+
+
+def _gsm8k_correct(text: str, problem: Mapping[str, Any]) -> bool:
+    pred, gold = extract_final_number(text), gold_answer(problem)
+    return pred is not None and gold is not None and pred == gold
+
+
+def _exact_extract(text: str) -> str | None:
+    s = text.strip()
+    return s or None
+
+
+def _exact_correct(text: str, problem: Mapping[str, Any]) -> bool:
+    gold = problem.get("answer")
+    return gold is not None and text.strip() == str(gold).strip()
+
+
+BUILTIN_TASKS: dict[str, AnswerTask] = {
+    "gsm8k": AnswerTask("gsm8k", extract_final_number, _gsm8k_correct),
+    "exact": AnswerTask("exact", _exact_extract, _exact_correct),
+}
+
+
+def no_external_task(name: str) -> AnswerTask | None:
+    """Default lookup: no external registry (the lead points the CLI at the evaluation harness's one)."""
+    return None
+
+
+def resolve_task(name: str, lookup: Callable[[str], AnswerTask | None] = no_external_task) -> AnswerTask:
+    """The task called name: from lookup(name) if it knows it, else a built-in; ValueError naming --task."""
+    task = lookup(name)
+    if task is not None:
+        return task
+    key = name.lower()
+    if key not in BUILTIN_TASKS:
+        raise ValueError(f"--task: unknown task {name!r}; built-in: {', '.join(sorted(BUILTIN_TASKS))}")
+    return BUILTIN_TASKS[key]

@@ -1,0 +1,129 @@
+"""`elfreg diagnose` end to end on two saved tiny ElfModels (ELF and ELF-REG, random weights)."""
+
+import argparse
+import json
+
+import matplotlib.image
+import pytest
+import torch
+
+from elfreg.config import BackboneConfig, ElfRegConfig, ObjectiveConfig, model_preset
+from elfreg.diagnose.cli import cmd_diagnose, register
+from elfreg.diagnose.tasks import AnswerTask
+from elfreg.hub import ElfModel
+
+PROMPTS = [("what is 3 plus 4 ?", "what"), ("sort a b c", "a"), ("what is 2 times 5 ?", "10")]
+FIRST_WORD = AnswerTask("first-word", lambda t: (t.split() or [None])[0],
+                        lambda t, p: bool(t.split()) and t.split()[0] == str(p["answer"]))
+
+
+def _parse(*argv):
+    parser = argparse.ArgumentParser(prog="elfreg")
+    register(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(["diagnose", *argv])
+
+
+def _save(tmp_path, tiny_lm_dir, name, extra_token):
+    cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
+                                          max_len=16, max_prompt_len=8, extra_token=extra_token),
+                       backbones=BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=2, teacher=None,
+                                                dtype="float32"),
+                       objective=ObjectiveConfig(use_reg=extra_token == "reg"))
+    torch.manual_seed(0)
+    model = ElfModel.new(cfg)
+    torch.nn.init.normal_(model.student.final_linear.weight, std=0.3)
+    return model.save_pretrained(tmp_path / name)
+
+
+@pytest.fixture
+def prompts_file(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text("".join(json.dumps({"prompt": q, "answer": a, "id": i}) + "\n" for i, (q, a) in enumerate(PROMPTS)))
+    return p
+
+
+def test_diagnose_two_models_writes_json_and_png(tmp_path, tiny_lm_dir, prompts_file, capsys):
+    elf = _save(tmp_path, tiny_lm_dir, "elf", "none")
+    reg = _save(tmp_path, tiny_lm_dir, "elf-reg", "reg")
+    out = tmp_path / "diag"
+    args = _parse("--model", str(elf), "--model2", str(reg), "--label", "ELF", "--label2", "ELF-REG",
+                  "--prompts", str(prompts_file), "--out", str(out), "--steps", "16", "--readouts", "2,4,8",
+                  "--seeds", "0,1", "--early-nfe", "4", "--accel-steps", "9", "--task", "first-word",
+                  "--batch-size", "2", "--device", "cpu", "--no-progress")
+    assert args.func is cmd_diagnose
+    assert cmd_diagnose(args, task_lookup=lambda n: FIRST_WORD if n == "first-word" else None) == 0
+    doc = json.loads((out / "diagnostics.json").read_text())
+    assert set(doc["models"]) == {"ELF", "ELF-REG"}
+    for label, res in doc["models"].items():
+        rows = res["readouts"]
+        assert [r["nfe"] for r in rows] == [2, 4, 8, 16]
+        assert all(r["n"] == 6 and r["n_scored"] == 6 for r in rows)          # 3 prompts x 2 seeds
+        end = rows[-1]
+        assert end["text_error_mean"] == 0 and end["response_agreement"] == 1 and end["stable_token_fraction"] == 1
+        assert end["flips_vs_end"] == {"up": 0, "down": 0, "n": 6, "net": 0.0}
+        assert all(r["text_error_mean"] > 0 for r in rows[:-1])
+        assert all(0 <= r["stable_token_fraction"] <= r2["stable_token_fraction"] + 1e-12
+                   for r, r2 in zip(rows, rows[1:]))                          # stability can only grow
+        assert (rows[0]["joint_error_mean"] is None) == (label == "ELF")
+        e = res["early_stop"]
+        f = e["flips"]
+        assert e["nfe"] == 4 and e["end_nfe"] == 16
+        assert f["net"] == pytest.approx(e["accuracy_end"] - e["accuracy_early"])
+        assert res["calls"] == {"denoiser_per_sample": 15, "decoder_per_sample": 4}
+        assert len(res["acceleration"]) == 7 and res["acceleration"][1]["t"] == pytest.approx(1 / 8)
+        assert len(res["samples"]) == 6
+        settings = doc["settings"][label]
+        assert settings["steps"] == 16 and settings["seeds"] == [0, 1] and settings["task"] == "first-word"
+    assert "| ELF-REG | 4 of 16 |" in doc["early_stop_table"] and "| ELF-REG |" in capsys.readouterr().out
+    png = out / "diagnostics.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    img = matplotlib.image.imread(png)
+    assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 500
+
+
+def test_readout_matches_elfreg_generate_early_stop(tmp_path, tiny_lm_dir, prompts_file):
+    # the read-out at NFE 4 of a 16-point master path is what `elfreg generate --sampler early-stop --nfe 4
+    # --rho 4 --seed s` returns for sample 0
+    from elfreg.sampling.cli import cmd_generate, register as register_generate
+    from elfreg.sampling.results_io import read_records
+
+    reg = _save(tmp_path, tiny_lm_dir, "elf-reg", "reg")
+    out = tmp_path / "diag"
+    assert cmd_diagnose(_parse("--model", str(reg), "--prompts", str(prompts_file), "--out", str(out), "--steps",
+                               "16", "--readouts", "4", "--seeds", "1", "--accel-steps", "0", "--task", "exact",
+                               "--device", "cpu", "--no-progress")) == 0
+    doc = json.loads((out / "diagnostics.json").read_text())
+    res = doc["models"]["elf-reg"]
+    assert res["acceleration"] is None
+    parser = argparse.ArgumentParser(prog="elfreg")
+    register_generate(parser.add_subparsers(dest="command", required=True))
+    gen = tmp_path / "gen.jsonl"
+    assert cmd_generate(parser.parse_args(["generate", "--model", str(reg), "--prompts", str(prompts_file), "--out",
+                                           str(gen), "--sampler", "early-stop", "--nfe", "4", "--rho", "4",
+                                           "--seed", "1", "--task", "gsm8k", "--device", "cpu",
+                                           "--no-progress"])) == 0
+    texts = {r["prompt_index"]: r["response"] for r in read_records(gen)}
+    for s in res["samples"]:
+        assert s["answers"][0] == (texts[s["prompt_index"]].strip() or None)
+
+
+def test_bad_input_fails_before_loading(tmp_path, prompts_file, capsys):
+    calls = []
+
+    def load(path, device):
+        calls.append(path)
+        raise AssertionError("must not load")
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "a"}) + "\n{not json\n")
+    cases = [
+        (["--prompts", str(bad)], "bad.jsonl:2: not valid JSON"),
+        (["--prompts", str(tmp_path / "none.jsonl")], "does not exist"),
+        (["--prompts", str(prompts_file), "--readouts", "2,600"], "readouts: NFE values must lie in"),
+        (["--prompts", str(prompts_file), "--task", "nope"], "--task: unknown task 'nope'"),
+        (["--prompts", str(prompts_file), "--steps", "16", "--readouts", "2", "--early-nfe", "8"], "early_nfe"),
+    ]
+    for extra, match in cases:
+        assert cmd_diagnose(_parse("--model", "m", "--out", str(tmp_path / "o"), *extra), load=load) == 2
+        assert match in capsys.readouterr().err
+    assert calls == [] and not (tmp_path / "o").exists()
