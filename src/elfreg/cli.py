@@ -12,6 +12,7 @@ COMMAND_MODULES = (
     "elfreg.train.cli",
     "elfreg.sampling.cli",
     "elfreg.data.cli",
+    "elfreg.diagnose.cli",
     "elfreg.eval.cli",
 )
 

@@ -9,7 +9,7 @@ from elfreg.diagnose.tasks import AnswerTask, extract_final_number, gold_answer,
     ("#### $18.00.", "18"),
     ("#### -3", "-3"),
     ("first #### 2 then #### 5", "5"),
-    ("the answer is 7", None),
+    ("the answer is 7", "7"),  # the harness's fallbacks: "The answer is", then the last number
     ("#### seven", None),
     ("####0", "0"),
 ])
@@ -22,7 +22,7 @@ def test_gsm8k_scoring_against_a_full_reference_solution():
     problem = {"prompt": "q", "answer": "Natalia sold 48/2 = 24 clips.\n#### 72"}
     assert gold_answer(problem) == "72" and gold_answer({"answer": 72}) == "72" and gold_answer({}) is None
     assert task.is_correct("... #### 72.0", problem)
-    assert not task.is_correct("... #### 71", problem) and not task.is_correct("72", problem)
+    assert not task.is_correct("... #### 71", problem) and task.is_correct("72", problem)
     assert not task.is_correct("#### 72", {"prompt": "q"})
 
 

@@ -7,12 +7,13 @@ function first (the evaluation harness's registry plugs in there) and falls back
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any, Callable, Mapping
 
-_FINAL = re.compile(r"####\s*(-?\$?\s*[\d,]*\.?\d+)")
+from elfreg.eval.answers import extract_gsm8k, normalize_number, numbers_equal
+
+
 
 
 @dataclass(frozen=True)
@@ -24,21 +25,14 @@ class AnswerTask:
     is_correct: Callable[[str, Mapping[str, Any]], bool]
 
 
-def _normalise_number(s: str) -> str | None:
-    """'$1,234.50' -> '1234.5'; None when s is not a number."""
-    s = s.replace(",", "").replace("$", "").replace(" ", "").rstrip(".")
-    try:
-        value = Decimal(s)
-    except InvalidOperation:
-        return None
-    text = format(value.normalize(), "f")
-    return "0" if text in ("-0", "") else text
-
-
 def extract_final_number(text: str) -> str | None:
-    """GSM8K-style answer: the number after the last '####', normalised ('1,000.0' -> '1000'), else None."""
-    found = _FINAL.findall(text)
-    return _normalise_number(found[-1]) if found else None
+    """GSM8K-style answer by the evaluation harness's own extractor (elfreg.eval.answers), as a canonical decimal
+    ('1,234.50' -> '1234.5'), so that equal numbers agree as strings."""
+    found = extract_gsm8k(text)
+    if found is None:
+        return None
+    text = format(Decimal(found).normalize(), "f")
+    return "0" if text == "-0" else text
 
 
 def gold_answer(problem: Mapping[str, Any]) -> str | None:
@@ -47,12 +41,12 @@ def gold_answer(problem: Mapping[str, Any]) -> str | None:
     if gold is None:
         return None
     gold = str(gold)
-    return extract_final_number(gold) if "####" in gold else (_normalise_number(gold) or gold.strip())
+    return extract_gsm8k(gold) if "####" in gold else (normalize_number(gold) or gold.strip())
 
 
 def _gsm8k_correct(text: str, problem: Mapping[str, Any]) -> bool:
-    pred, gold = extract_final_number(text), gold_answer(problem)
-    return pred is not None and gold is not None and pred == gold
+    gold = gold_answer(problem)
+    return gold is not None and numbers_equal(extract_gsm8k(text), gold)
 
 
 def _exact_extract(text: str) -> str | None:
