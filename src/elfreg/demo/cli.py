@@ -1,0 +1,44 @@
+"""`elfreg demo`: the embedded CPU demo (the README's first command)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from elfreg.configtools import apply_overrides, from_dict, to_dict
+
+
+def register(subparsers: Any) -> None:
+    """Add the `demo` subcommand."""
+    p = subparsers.add_parser("demo", help="train ELF and ELF-REG on a built-in task with a real frozen SmolLM2, "
+                                           "evaluate every sampler, write a report (CPU, ~15 min)")
+    p.add_argument("--out", default="demo_out", help="output folder (report.md, plots, results.json, models)")
+    p.add_argument("--quick", action="store_true", help="a reduced run (about a minute): every stage, tiny budgets")
+    p.add_argument("--cache-dir", default=None, help="feature cache (default $ELFREG_CACHE_DIR/features or "
+                                                     "~/.cache/elfreg/features)")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="settings, e.g. train.steps=300 eval.seeds=[0]")
+    p.set_defaults(func=cmd_demo)
+
+
+def demo_config(quick: bool, overrides: list[str]):
+    """The resolved DemoConfig: defaults, then the quick preset, then the overrides."""
+    from elfreg.demo.config import QUICK, DemoConfig
+
+    data = to_dict(DemoConfig())
+    if quick:
+        for section, values in QUICK.items():
+            data[section].update(values)
+    return from_dict(DemoConfig, apply_overrides(data, overrides))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the demo; prints where the report is and the total wall time."""
+    from elfreg.demo.run import run_demo
+
+    t0 = time.perf_counter()
+    cfg = demo_config(args.quick, args.overrides)
+    run_demo(cfg, args.out, args.cache_dir, progress=not args.no_progress)
+    print(f"elfreg demo: report {args.out}/report.md; total wall time {time.perf_counter() - t0:.0f} s")
+    return 0

