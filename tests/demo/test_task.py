@@ -88,6 +88,6 @@ def test_tokenised_lengths_fit_canvas():
     for p in make_split(200, 0, "train", cfg) + make_split(50, 0, "test", cfg):
         c = build_canvas(format_prompt(p), reference_response(p), tok, canvas_cfg)
         # One token per letter, digit, '=' and ',': the lengths follow from the structure.
-        assert c.prompt_len == 4 * (cfg.hops + cfg.distractor_hops + 2) - 1 + 4
+        assert c.prompt_len == 4 * (cfg.hops + cfg.distractor_hops + 2) - 1 + 3  # ". e?" is 3 tokens
         assert c.content_len == 2 * (cfg.hops + 1) + 1 + 4
         assert tok.decode(c.input_ids[c.prompt_len:c.prompt_len + c.content_len]) == reference_response(p)

@@ -11,7 +11,7 @@ Each step of the response is one lookup ("which line defines c?"), so the final 
 every hop is resolved and the distractor chain (which holds another digit) is ignored: a real multi-step
 problem, not copying. The final line ``#### <answer>`` lets the GSM8K-style extractor of
 ``elfreg.data.templates`` score it. With SmolLM2's tokenizer every letter, digit, ``=`` and ``,`` is one
-token, so a problem with 2 hops and a 2-hop distractor is 27 prompt + 11 response tokens.
+token, so a problem with 2 hops and a 2-hop distractor is 26 prompt + 11 response tokens.
 
 Why this family (measured with a throwaway probe, SmolLM2-135M layer 6 features, 2-core CPU; numbers in
 the lead's report): two-digit word arithmetic reached 1-4% exact answers in 1,200 steps (the arithmetic
