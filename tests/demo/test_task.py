@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from elfreg.demo.task import (ChainProblem, ChainTaskConfig, extract_answer, format_prompt, make_split,
+from elfreg.demo.task import (ChainProblem, ChainTaskConfig, chain_correct, extract_answer, format_prompt, make_split,
                               random_problem, reference_response, score, split_of)
 
 
@@ -36,19 +36,22 @@ def test_splits_disjoint_and_labelled():
 
 
 @pytest.mark.parametrize("cfg", [ChainTaskConfig(), ChainTaskConfig(hops=3, distractor_hops=1),
-                                 ChainTaskConfig(hops=1, distractor_hops=0)])
+                                 ChainTaskConfig(hops=1, distractor_hops=0),
+                                 ChainTaskConfig(hops=1, distractor_hops=1, distractors=2)])
 def test_reference_scores_right_and_wrong_digits_score_zero(cfg):
     for p in make_split(100, 3, "train", cfg) + make_split(20, 3, "test", cfg):
         chain = p.chain()
         assert len(chain) == cfg.hops + 2 and chain[0] == p.query and chain[-1] == p.answer
         ref = reference_response(p)
-        assert extract_answer(ref) == p.answer and score(ref, p)
+        assert extract_answer(ref) == p.answer and score(ref, p) and chain_correct(ref, p)
         wrong = str((int(p.answer) + 1) % 10)
         assert not score(ref.replace(f"#### {p.answer}", f"#### {wrong}"), p)
         assert not score(ref.rsplit("\n", 1)[0], p)  # no final line: no answer
+        skipped = "=".join(chain[:1] + chain[2:]) + f"\n#### {p.answer}"  # right digit, a hop left out
+        assert score(skipped, p) and not chain_correct(skipped, p)
         # The distractor root is a digit in the prompt that is not the answer.
         roots = [rhs for _, rhs in p.assignments if rhs.isdigit()]
-        assert len(roots) == 2 and len(set(roots)) == 2 and p.answer in roots
+        assert len(roots) == 1 + cfg.distractors and len(set(roots)) == len(roots) and p.answer in roots
 
 
 def test_answer_needs_the_chain_not_position():
@@ -65,7 +68,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="hops"):
         ChainTaskConfig(hops=0)
     with pytest.raises(ValueError, match="letters"):
-        ChainTaskConfig(hops=6, distractor_hops=4)
+        ChainTaskConfig(hops=3, distractor_hops=2, distractors=2)
     with pytest.raises(ValueError, match="never assigned"):
         ChainProblem((("a", "b"),), "a").answer
     with pytest.raises(ValueError, match="cycle"):

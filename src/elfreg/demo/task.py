@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from elfreg.data.templates import extract_final_answer
 
-LETTERS = "abcdefghij"
+LETTERS = "abcdefgh"
 DIGITS = "0123456789"
 SPLITS = ("train", "test")
 
@@ -40,7 +40,8 @@ class ChainTaskConfig:
     """Difficulty of the pointer-chasing task: hops of the target chain and of the distractor chain."""
 
     hops: int = 2  # copies after the root of the target chain (response has hops + 1 lookups)
-    distractor_hops: int = 2  # copies after the root of the distractor chain
+    distractor_hops: int = 2  # copies after the root of each distractor chain
+    distractors: int = 1  # distractor chains; a model that only picks a root digit is right 1/(1 + distractors)
     test_buckets: int = 10  # 1 in test_buckets of the prompt space is test
 
     def __post_init__(self) -> None:
@@ -48,11 +49,17 @@ class ChainTaskConfig:
             raise ValueError(f"ChainTaskConfig.hops must be >= 1, got {self.hops}")
         if self.distractor_hops < 0:
             raise ValueError(f"ChainTaskConfig.distractor_hops must be >= 0, got {self.distractor_hops}")
-        if self.hops + self.distractor_hops + 2 > len(LETTERS):
-            raise ValueError(f"ChainTaskConfig: hops + distractor_hops + 2 = {self.hops + self.distractor_hops + 2} "
-                             f"variables exceed the {len(LETTERS)} letters available")
+        if self.distractors < 0:
+            raise ValueError(f"ChainTaskConfig.distractors must be >= 0, got {self.distractors}")
+        if self.num_variables > len(LETTERS):
+            raise ValueError(f"ChainTaskConfig: {self.num_variables} variables (hops, distractor_hops, distractors) "
+                             f"exceed the {len(LETTERS)} letters available")
         if self.test_buckets < 2:
             raise ValueError(f"ChainTaskConfig.test_buckets must be >= 2, got {self.test_buckets}")
+
+    @property
+    def num_variables(self) -> int:
+        return self.hops + 1 + self.distractors * (self.distractor_hops + 1)
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,12 @@ def score(text: str, problem: ChainProblem) -> bool:
     return extract_answer(text) == problem.answer
 
 
+def chain_correct(text: str, problem: ChainProblem) -> bool:
+    """Stricter than ``score``: the shown lookup path (the text before the final line) is exactly the right one."""
+    body = text.split("\n####", 1)[0].strip()
+    return score(text, problem) and body == "=".join(problem.chain())
+
+
 def split_of(problem: ChainProblem, cfg: ChainTaskConfig = ChainTaskConfig()) -> str:
     """'test' iff the sha256 of the prompt text falls in bucket 0 of cfg.test_buckets, else 'train'."""
     digest = hashlib.sha256(format_prompt(problem).encode("utf-8")).digest()
@@ -109,16 +122,18 @@ def split_of(problem: ChainProblem, cfg: ChainTaskConfig = ChainTaskConfig()) ->
 
 
 def random_problem(rng: random.Random, cfg: ChainTaskConfig = ChainTaskConfig()) -> ChainProblem:
-    """One problem drawn from ``rng``: a target and a distractor chain with distinct roots, shuffled."""
-    names = rng.sample(LETTERS, cfg.hops + cfg.distractor_hops + 2)
-    target, distractor = names[:cfg.hops + 1], names[cfg.hops + 1:]
-    d_target, d_distractor = rng.sample(DIGITS, 2)
+    """One problem drawn from ``rng``: a target chain and distractor chains with distinct root digits, shuffled."""
+    names = rng.sample(LETTERS, cfg.num_variables)
+    roots = rng.sample(DIGITS, 1 + cfg.distractors)
+    k = cfg.distractor_hops + 1
+    chains = [names[:cfg.hops + 1]] + [names[cfg.hops + 1 + i * k:cfg.hops + 1 + (i + 1) * k]
+                                       for i in range(cfg.distractors)]
     assignments = []
-    for chain, root in ((target, d_target), (distractor, d_distractor)):
+    for chain, root in zip(chains, roots):
         assignments.append((chain[0], root))
         assignments += [(chain[i], chain[i - 1]) for i in range(1, len(chain))]
     rng.shuffle(assignments)
-    return ChainProblem(tuple(assignments), target[-1])
+    return ChainProblem(tuple(assignments), chains[0][-1])
 
 
 def make_split(n: int, seed: int, split: str, cfg: ChainTaskConfig = ChainTaskConfig()) -> list[ChainProblem]:
