@@ -1,0 +1,159 @@
+"""The built-in synthetic reasoning task of ``elfreg demo``: pointer chasing through variable assignments.
+
+A problem lists single-letter variable assignments in shuffled order. One chain starts at a digit and is
+followed by ``hops`` copies (``a=3, c=a, e=c``); a second, distractor chain starts at a different digit.
+The question names the last variable of the target chain; the answer walks the chain back to its digit:
+
+    prompt:   "d=5,e=c,a=3,b=d,c=a,f=b. e?"
+    response: "e=c=a=3\\n#### 3"
+
+Each step of the response is one lookup ("which line defines c?"), so the final digit is only right when
+every hop is resolved and the distractor chain (which holds another digit) is ignored: a real multi-step
+problem, not copying. The final line ``#### <answer>`` lets the GSM8K-style extractor of
+``elfreg.data.templates`` score it. With SmolLM2's tokenizer every letter, digit, ``=`` and ``,`` is one
+token, so a problem with 2 hops and a 2-hop distractor is 26 prompt + 11 response tokens.
+
+Why this family (measured with a throwaway probe, SmolLM2-135M layer 6 features, 2-core CPU; numbers in
+the lead's report): two-digit word arithmetic reached 1-4% exact answers in 1,200 steps (the arithmetic
+table was the bottleneck), while position-independent lookups are what a small bidirectional student
+learns within a few hundred steps; the number of hops sets the difficulty.
+
+Train and test are disjoint by construction: a problem belongs to the test split iff a hash of its prompt
+text falls in the test bucket, so no prompt can appear in both, whatever the seeds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+from elfreg.data.templates import extract_final_answer
+
+LETTERS = "abcdefgh"
+DIGITS = "0123456789"
+SPLITS = ("train", "test")
+
+
+@dataclass(frozen=True)
+class ChainTaskConfig:
+    """Difficulty of the pointer-chasing task: hops of the target chain and of the distractor chain."""
+
+    hops: int = 2  # copies after the root of the target chain (response has hops + 1 lookups)
+    distractor_hops: int = 2  # copies after the root of each distractor chain
+    distractors: int = 1  # distractor chains; a model that only picks a root digit is right 1/(1 + distractors)
+    test_buckets: int = 10  # 1 in test_buckets of the prompt space is test
+
+    def __post_init__(self) -> None:
+        if self.hops < 1:
+            raise ValueError(f"ChainTaskConfig.hops must be >= 1, got {self.hops}")
+        if self.distractor_hops < 0:
+            raise ValueError(f"ChainTaskConfig.distractor_hops must be >= 0, got {self.distractor_hops}")
+        if self.distractors < 0:
+            raise ValueError(f"ChainTaskConfig.distractors must be >= 0, got {self.distractors}")
+        if self.num_variables > len(LETTERS):
+            raise ValueError(f"ChainTaskConfig: {self.num_variables} variables (hops, distractor_hops, distractors) "
+                             f"exceed the {len(LETTERS)} letters available")
+        if self.test_buckets < 2:
+            raise ValueError(f"ChainTaskConfig.test_buckets must be >= 2, got {self.test_buckets}")
+
+    @property
+    def num_variables(self) -> int:
+        return self.hops + 1 + self.distractors * (self.distractor_hops + 1)
+
+
+@dataclass(frozen=True)
+class ChainProblem:
+    """One problem: assignments (lhs, rhs) in prompt order (rhs a digit or a letter) and the queried variable."""
+
+    assignments: tuple[tuple[str, str], ...]
+    query: str
+
+    def chain(self) -> list[str]:
+        """The lookup path from the query back to its digit, e.g. ['e', 'c', 'a', '3']."""
+        table = dict(self.assignments)
+        if len(table) != len(self.assignments):
+            raise ValueError(f"ChainProblem: a variable is assigned twice in {self.assignments}")
+        path = [self.query]
+        while path[-1] not in DIGITS:
+            if path[-1] not in table:
+                raise ValueError(f"ChainProblem: variable {path[-1]!r} is never assigned")
+            if len(path) > len(table):
+                raise ValueError(f"ChainProblem: the assignments of {self.query!r} form a cycle")
+            path.append(table[path[-1]])
+        return path
+
+    @property
+    def answer(self) -> str:
+        """The digit the queried variable holds."""
+        return self.chain()[-1]
+
+
+def format_prompt(problem: ChainProblem) -> str:
+    """Prompt text: 'd=5,e=c,a=3,b=d,c=a,f=b. e?'."""
+    return ",".join(f"{lhs}={rhs}" for lhs, rhs in problem.assignments) + f". {problem.query}?"
+
+
+def reference_response(problem: ChainProblem) -> str:
+    """The worked answer: the lookup path joined by '=', then the final line '#### <digit>'."""
+    return "=".join(problem.chain()) + f"\n#### {problem.answer}"
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer of a response (GSM8K-style '#### X' line), or None."""
+    return extract_final_answer(text)
+
+
+def score(text: str, problem: ChainProblem) -> bool:
+    """Exact match of the extracted final answer with the problem's digit."""
+    return extract_answer(text) == problem.answer
+
+
+def chain_correct(text: str, problem: ChainProblem) -> bool:
+    """Stricter than ``score``: the shown lookup path (the text before the final line) is exactly the right one."""
+    body = text.split("\n####", 1)[0].strip()
+    return score(text, problem) and body == "=".join(problem.chain())
+
+
+def split_of(problem: ChainProblem, cfg: ChainTaskConfig = ChainTaskConfig()) -> str:
+    """'test' iff the sha256 of the prompt text falls in bucket 0 of cfg.test_buckets, else 'train'."""
+    digest = hashlib.sha256(format_prompt(problem).encode("utf-8")).digest()
+    return "test" if int.from_bytes(digest[:8], "big") % cfg.test_buckets == 0 else "train"
+
+
+def random_problem(rng: random.Random, cfg: ChainTaskConfig = ChainTaskConfig()) -> ChainProblem:
+    """One problem drawn from ``rng``: a target chain and distractor chains with distinct root digits, shuffled."""
+    names = rng.sample(LETTERS, cfg.num_variables)
+    roots = rng.sample(DIGITS, 1 + cfg.distractors)
+    k = cfg.distractor_hops + 1
+    chains = [names[:cfg.hops + 1]] + [names[cfg.hops + 1 + i * k:cfg.hops + 1 + (i + 1) * k]
+                                       for i in range(cfg.distractors)]
+    assignments = []
+    for chain, root in zip(chains, roots):
+        assignments.append((chain[0], root))
+        assignments += [(chain[i], chain[i - 1]) for i in range(1, len(chain))]
+    rng.shuffle(assignments)
+    return ChainProblem(tuple(assignments), chains[0][-1])
+
+
+def make_split(n: int, seed: int, split: str, cfg: ChainTaskConfig = ChainTaskConfig()) -> list[ChainProblem]:
+    """``n`` distinct problems of ``split`` ('train' or 'test'), determined by (seed, split, cfg)."""
+    if split not in SPLITS:
+        raise ValueError(f"make_split: split must be one of {SPLITS}, got {split!r}")
+    if n < 0:
+        raise ValueError(f"make_split: n must be >= 0, got {n}")
+    rng = random.Random(f"elfreg-demo-chain/{seed}/{split}")
+    out: list[ChainProblem] = []
+    seen: set[str] = set()
+    attempts = 0
+    while len(out) < n:
+        attempts += 1
+        if attempts > 100 * n + 10_000:
+            raise ValueError(f"make_split: could not draw {n} distinct {split} problems for {cfg}")
+        problem = random_problem(rng, cfg)
+        key = format_prompt(problem)
+        if key in seen or split_of(problem, cfg) != split:
+            continue
+        seen.add(key)
+        out.append(problem)
+    return out
