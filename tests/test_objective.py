@@ -6,7 +6,7 @@ import torch
 from elfreg.config import ObjectiveConfig, model_preset
 from elfreg.flow import velocity
 from elfreg.model.student import ElfStudent
-from elfreg.objective import Draws, TrainBatch, draw, elf_reg_loss, repa_loss, sc_cfg_target, x_star
+from elfreg.objective import TrainBatch, draw, elf_reg_loss, repa_loss, sc_cfg_target, x_star
 
 B, L = 6, 10
 P = 3  # prompt length

@@ -6,7 +6,6 @@ import argparse
 import itertools
 import json
 import os
-import sys
 from typing import Any
 
 from elfreg.data.canvas import CanvasConfig, special_ids
@@ -153,15 +152,3 @@ def register(subparsers: Any) -> None:
     cs.add_argument("--prompt-cap", type=int, default=None)
     cs.add_argument("--limit", type=int, default=None, help="read only the first N rows")
     cs.set_defaults(func=cmd_canvas_stats)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry point: python -m elfreg.data.cli data ..."""
-    parser = argparse.ArgumentParser(prog="elfreg")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

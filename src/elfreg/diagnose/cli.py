@@ -131,15 +131,3 @@ def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], L
     print(doc["early_stop_table"])
     print(f"elfreg diagnose: wrote {out / 'diagnostics.json'} and {out / 'diagnostics.png'}", file=sys.stderr)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry point (python -m elfreg.diagnose.cli diagnose ...) until the lead wires `elfreg`."""
-    parser = argparse.ArgumentParser(prog="elfreg")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

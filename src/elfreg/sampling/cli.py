@@ -133,15 +133,3 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
     if rank == 0:
         print(f"elfreg generate: {n} new samples on rank 0 -> {args.out}", file=sys.stderr)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry point (python -m elfreg.sampling.cli generate ...) until the lead wires `elfreg`."""
-    parser = argparse.ArgumentParser(prog="elfreg")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
