@@ -17,6 +17,7 @@ import torch
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.grids import master_grid
 from elfreg.sampling.network import uses_reg_state
+from elfreg.sampling.samplers import draw_rows, start_state
 from elfreg.sampling.seeding import STREAM_GRID, STREAM_NOISE, sample_generator
 from elfreg.sampling.updates import euler_step, velocity
 
@@ -48,13 +49,7 @@ def draw_start_noise(keys: Sequence[tuple[int, int]], seed: int, length: int, d:
     Each row's noise stream yields its (L, d) text noise first, then its (d_r,) REG noise (only when the
     model has a REG token), on CPU in float32.
     """
-    text, reg = [], []
-    for p, s in keys:
-        g = sample_generator(seed, p, s, STREAM_NOISE)
-        text.append(torch.randn(length, d, generator=g))
-        if d_r:
-            reg.append(torch.randn(d_r, generator=g))
-    return torch.stack(text), (torch.stack(reg) if d_r else None)
+    return draw_rows([sample_generator(seed, p, s, STREAM_NOISE) for p, s in keys], length, d, d_r)
 
 
 def path_grids(cfg: SamplerConfig, keys: Sequence[tuple[int, int]]) -> torch.Tensor:
@@ -86,13 +81,8 @@ def euler_path(network, x_prompt: torch.Tensor, prompt_mask: torch.Tensor, cfg: 
         raise ValueError(f"times must be (B, M >= 2) with B = {b}, got {tuple(grid.shape)}")
     eps, eps_r = draw_start_noise(keys, cfg.seed, length, d, d_r)
 
-    keep = prompt_mask.to(device).unsqueeze(-1)
-    x_prompt = x_prompt.float()
+    keep, x_prompt, y, q, r, r_q = start_state(x_prompt, prompt_mask, eps, eps_r if carry_reg else None, cfg.sigma)
     w = torch.full((b,), float(cfg.w), device=device)
-    y = torch.where(keep, x_prompt, cfg.sigma * eps.to(device))
-    q = torch.where(keep, x_prompt, torch.zeros_like(x_prompt))
-    r = cfg.sigma * eps_r.to(device) if carry_reg and eps_r is not None else None
-    r_q = torch.zeros_like(r) if r is not None else None
     dev_times = grid.to(device=device, dtype=torch.float32)
     for j in range(grid.shape[1] - 1):
         t_j, t_next = dev_times[:, j], dev_times[:, j + 1]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from elfreg.diagnose.metrics import response_agrees, response_of, stable_fractio
 from elfreg.diagnose.report import SampleRow, summarise, summarise_acceleration
 from elfreg.diagnose.tasks import AnswerTask
 from elfreg.diagnose.trajectory import MasterTrajectory, run_acceleration, run_master
+from elfreg.sampling.run import iter_prompt_records
 from elfreg.sampling.pipeline import EncodedPrompts, validate_prompts
 
 
@@ -34,26 +34,13 @@ class Problems:
 
 def read_problems(path: str | os.PathLike) -> Problems:
     """Read prompt records; errors name the file and line (missing file, bad JSON, no 'prompt' string)."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"prompts file {p} does not exist")
     records, lines = [], []
-    for n, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str):
-            raise ValueError(f"{p}:{n}: expected an object with a string field 'prompt'")
+    for n, obj in iter_prompt_records(path):
         if "answer" in obj and not isinstance(obj["answer"], (str, int, float)):
-            raise ValueError(f"{p}:{n}: field 'answer' must be a string or a number")
+            raise ValueError(f"{path}:{n}: field 'answer' must be a string or a number")
         records.append(obj)
         lines.append(n)
-    if not records:
-        raise ValueError(f"{p}: prompts file is empty (no JSON lines with a 'prompt' field)")
-    return Problems(records, lines, str(p))
+    return Problems(records, lines, str(Path(path)))
 
 
 def sample_rows(master: MasterTrajectory, prompt_mask: torch.Tensor, keys: Sequence[tuple[int, int]], seed: int,

@@ -25,12 +25,15 @@ class PromptFile:
     source: str
 
 
-def read_prompts(path: str | os.PathLike, field: str = "prompt") -> PromptFile:
-    """Read {field: str, optional id} objects, one per line; blank lines skipped; errors name file and line."""
+def iter_prompt_records(path: str | os.PathLike, field: str = "prompt"):
+    """Yield (line number, object) for each non-blank line holding an object with a string ``field``.
+
+    Errors name the file and line (missing file, bad JSON, missing field); an empty file is an error too.
+    """
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"prompts file {p} does not exist")
-    prompts, lines, ids = [], [], []
+    found = False
     for n, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
         if not raw.strip():
             continue
@@ -40,12 +43,20 @@ def read_prompts(path: str | os.PathLike, field: str = "prompt") -> PromptFile:
             raise ValueError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
         if not isinstance(obj, dict) or not isinstance(obj.get(field), str):
             raise ValueError(f"{p}:{n}: expected an object with a string field {field!r}")
+        found = True
+        yield n, obj
+    if not found:
+        raise ValueError(f"{p}: prompts file is empty (no JSON lines with a {field!r} field)")
+
+
+def read_prompts(path: str | os.PathLike, field: str = "prompt") -> PromptFile:
+    """Read {field: str, optional id} objects, one per line; blank lines skipped; errors name file and line."""
+    prompts, lines, ids = [], [], []
+    for n, obj in iter_prompt_records(path, field):
         prompts.append(obj[field])
         lines.append(n)
         ids.append(obj.get("id"))
-    if not prompts:
-        raise ValueError(f"{p}: prompts file is empty (no JSON lines with a {field!r} field)")
-    return PromptFile(prompts, lines, ids, str(p))
+    return PromptFile(prompts, lines, ids, str(Path(path)))
 
 
 def part_path(out: Path, rank: int) -> Path:

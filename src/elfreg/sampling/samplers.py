@@ -64,16 +64,9 @@ def sample(network: StudentLike, x_prompt: torch.Tensor, prompt_mask: torch.Tens
 
     # Per-row noise at full canvas shape; REG noise is drawn whenever the model has a REG token, even
     # when it is dropped, so the drop-REG ablation sees the same text noise as the full model.
-    eps, eps_r = _draw_rows(noise_gens, length, d, d_r if has_reg_token else 0)
-    keep = prompt_mask.to(device).unsqueeze(-1)            # (B, L, 1)
-    x_prompt = x_prompt.float()
+    eps, eps_r = draw_rows(noise_gens, length, d, d_r if has_reg_token else 0)
+    keep, x_prompt, y, q, r, r_q = start_state(x_prompt, prompt_mask, eps, eps_r if carry_reg else None, cfg.sigma)
     w = torch.full((b,), float(cfg.w), device=device)
-
-    # Start: y_0 = sigma * eps, q_0 = 0; prompt slots hold clean x in both.
-    y = torch.where(keep, x_prompt, cfg.sigma * eps.to(device))
-    q = torch.where(keep, x_prompt, torch.zeros_like(x_prompt))
-    r = cfg.sigma * eps_r.to(device) if carry_reg and eps_r is not None else None
-    r_q = torch.zeros_like(r) if r is not None else None
 
     n = cfg.nfe
     dev_times = times.to(device=device, dtype=torch.float32)
@@ -87,7 +80,7 @@ def sample(network: StudentLike, x_prompt: torch.Tensor, prompt_mask: torch.Tens
             break
         t_next = dev_times[:, j + 1]
         if cfg.sampler == "renoise":   # re-noising step (spec §5.1)
-            xi, xi_r = _draw_rows(noise_gens, length, d, d_r if has_reg_token else 0)
+            xi, xi_r = draw_rows(noise_gens, length, d, d_r if has_reg_token else 0)
             y = torch.where(keep, x_prompt, renoise_step(d_j, t_next, xi.to(device), cfg.eta, cfg.sigma))
             if r is not None:
                 r = renoise_step(dr_j, t_next, xi_r.to(device), cfg.eta, cfg.sigma)
@@ -102,7 +95,24 @@ def sample(network: StudentLike, x_prompt: torch.Tensor, prompt_mask: torch.Tens
                         exit_time=exit_time, count=counter.count)
 
 
-def _draw_rows(gens: list[torch.Generator], length: int, d: int, d_r: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+def start_state(x_prompt: torch.Tensor, prompt_mask: torch.Tensor, eps: torch.Tensor, eps_r: torch.Tensor | None,
+                sigma: float) -> tuple[torch.Tensor, ...]:
+    """Start of every sampler (spec §5): y_0 = sigma eps, q_0 = 0, prompt slots of both hold the clean x.
+
+    Returns (keep (B, L, 1) bool, x_prompt fp32, y, q, r, r_q); r = sigma eps_r and r_q = 0 when eps_r is given,
+    else None (no REG state).
+    """
+    device = x_prompt.device
+    keep = prompt_mask.to(device).unsqueeze(-1)
+    x_prompt = x_prompt.float()
+    y = torch.where(keep, x_prompt, sigma * eps.to(device))
+    q = torch.where(keep, x_prompt, torch.zeros_like(x_prompt))
+    r = sigma * eps_r.to(device) if eps_r is not None else None
+    r_q = torch.zeros_like(r) if r is not None else None
+    return keep, x_prompt, y, q, r, r_q
+
+
+def draw_rows(gens: list[torch.Generator], length: int, d: int, d_r: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per row: (L, d) text noise then (d_r,) REG noise from that row's generator (CPU float32)."""
     text, reg = [], []
     for g in gens:
