@@ -13,10 +13,14 @@ problem, not copying. The final line ``#### <answer>`` lets the GSM8K-style extr
 ``elfreg.data.templates`` score it. With SmolLM2's tokenizer every letter, digit, ``=`` and ``,`` is one
 token, so a problem with 2 hops and a 2-hop distractor is 26 prompt + 11 response tokens.
 
-Why this family (measured with a throwaway probe, SmolLM2-135M layer 6 features, 2-core CPU; numbers in
-the lead's report): two-digit word arithmetic reached 1-4% exact answers in 1,200 steps (the arithmetic
-table was the bottleneck), while position-independent lookups are what a small bidirectional student
-learns within a few hundred steps; the number of hops sets the difficulty.
+Why this family: two-digit word arithmetic reached only 1-4% exact answers after 1,200 CPU steps (the
+arithmetic table was the bottleneck, /work/shared/notes/cpu-probe.md), while lookups need no table. Probe
+(throwaway; SmolLM2-135M layer 6 features, 4.3M-parameter student, batch 64, AdamW 2e-3, EMA 0.99, 16-NFE
+Euler, 200 test problems) measured exact final answers at 150/300/450/600 steps: 2 hops + 1 distractor
+chain of 2 hops, ELF 9/8/8.5/28.5% (0.5% with the whole chain right); 1 hop + 1 one-hop distractor,
+ELF 8.5/11/11.5% and ELF-REG 11.5/14/14.5% at 200/300/400 steps. So learning starts around 450-600 steps
+and 50% needs more steps than the probe could run on a shared CPU. A model that only picks one of the
+root digits scores 1/(1 + distractors): ``chain_correct`` checks the shown path as well.
 
 Train and test are disjoint by construction: a problem belongs to the test split iff a hash of its prompt
 text falls in the test bucket, so no prompt can appear in both, whatever the seeds.
