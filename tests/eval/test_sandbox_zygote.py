@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from elfreg.eval.codecheck import run_asserts
-from elfreg.eval.sandbox import Sandbox, SandboxConfig
+from elfreg.eval.sandbox import _MAX_SLOTS, _UID_BASE, Sandbox, SandboxConfig
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -119,7 +119,7 @@ def test_killed_harness_leaves_no_sandboxed_process(tmp_path):
         import sys
         sys.path.insert(0, {SRC!r})
         from elfreg.eval.codecheck import run_asserts
-        from elfreg.eval.sandbox import Sandbox, SandboxConfig
+        from elfreg.eval.sandbox import _MAX_SLOTS, _UID_BASE, Sandbox, SandboxConfig
         sb = Sandbox(SandboxConfig(isolation="zygote"))
         print("ready", flush=True)
         run_asserts(sb, "import os\\nos.fork()\\nwhile True:\\n    pass", "assert True", 300)
@@ -127,7 +127,7 @@ def test_killed_harness_leaves_no_sandboxed_process(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        uid = 1_000_000 + proc.pid * 64  # slot 0 (sandbox.py: _UID_BASE + pid * _MAX_SLOTS + slot)
+        uid = _UID_BASE + proc.pid * _MAX_SLOTS  # the private uid of the harness's slot 0
         deadline = time.monotonic() + 20
         while not _pids_of(uid):
             assert time.monotonic() < deadline, "the program never started"
