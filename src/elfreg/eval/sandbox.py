@@ -103,7 +103,11 @@ def _ancestors(path: str) -> list[str]:
 
 
 class Sandbox:
-    """Runs payloads of :mod:`elfreg.eval._child` in isolation; thread-safe, one object per harness."""
+    """Runs payloads of :mod:`elfreg.eval._child` in isolation; thread-safe, one object per harness.
+
+    With a fork server, one server per concurrently used slot stays up until :meth:`close` (or garbage
+    collection / interpreter exit); ``with Sandbox() as sb:`` closes it at the end of the block.
+    """
 
     def __init__(self, config: SandboxConfig | None = None, slots: int = _MAX_SLOTS) -> None:
         if not 1 <= slots <= _MAX_SLOTS:
@@ -199,7 +203,7 @@ class Sandbox:
                 reason = "bwrap not installed; "
             else:
                 try:
-                    res = self._run_zygote(iso, {"mode": "asserts", "program": "import socket", "tests": "pass"},
+                    res = self._run_zygote({"mode": "asserts", "program": "import socket", "tests": "pass"},
                                            deadline_s=30.0)
                     if res.records and res.records[-1].get("status") == "pass":
                         return iso
@@ -255,7 +259,7 @@ class Sandbox:
             stop=None) -> RunResult:
         """Run one payload; ``record_deadlines[i]`` bounds the wait for record i; ``stop(record)`` ends early."""
         if self.isolation.fork_server:
-            return self._run_zygote(self.isolation, payload, deadline_s, record_deadlines, stop)
+            return self._run_zygote(payload, deadline_s, record_deadlines, stop)
         return self._run_raw(self.isolation, payload, deadline_s, record_deadlines, stop)
 
     def _limits(self, payload: dict, uid: int | None, deadline_s: float) -> dict:
@@ -287,8 +291,8 @@ class Sandbox:
         if z is not None:
             z.close()
 
-    def _run_zygote(self, iso: Isolation, payload: dict, deadline_s: float,
-                    record_deadlines: list[float] | None = None, stop=None) -> RunResult:
+    def _run_zygote(self, payload: dict, deadline_s: float, record_deadlines: list[float] | None = None,
+                    stop=None) -> RunResult:
         import json
 
         slot = self._slots.get()
