@@ -30,7 +30,7 @@ import sys
 import time
 
 if "run_payload" not in globals():  # imported as a module (tests, linters); in the sandbox it is defined above
-    from elfreg.eval._child import run_payload  # noqa: F401
+    from elfreg.eval._child import run_payload
 
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
@@ -192,5 +192,5 @@ def serve(ctrl_fd, workdir_bytes):  # pragma: no cover - exercised through the s
         _send(ctrl, {"rc": rc, "clean": clean})
 
 
-if __name__ == "__main__" and os.sys.argv[1:2] == ["--zygote"]:  # pragma: no cover
-    serve(int(os.sys.argv[2]), int(os.sys.argv[3]))
+if __name__ == "__main__" and sys.argv[1:2] == ["--zygote"]:  # pragma: no cover
+    serve(int(sys.argv[2]), int(sys.argv[3]))

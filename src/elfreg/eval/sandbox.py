@@ -128,7 +128,7 @@ class Sandbox:
         """Stop the fork servers (also done at garbage collection and interpreter exit)."""
         self._closer()
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -86,7 +86,7 @@ class Zygote:
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ZygoteError("no reply within %.0fs" % self.timeout_s)
+                raise ZygoteError(f"no reply within {self.timeout_s:.0f}s")
             ready, _, _ = select.select([self._sock], [], [], left)
             if not ready:
                 continue
