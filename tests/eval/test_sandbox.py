@@ -1,6 +1,7 @@
 """Hostile programs fail or are contained; they never crash or stall the harness or pass a test."""
 
 import os
+import shutil
 import socket
 import time
 
@@ -14,9 +15,13 @@ from elfreg.eval.sandbox import Sandbox, SandboxConfig
 LIMIT = 3.0
 
 
-@pytest.fixture(scope="module")
-def sb():
-    return Sandbox(SandboxConfig(memory_bytes=1 << 30))
+@pytest.fixture(scope="module", params=["auto", "bwrap"])
+def sb(request):
+    """Every hostile program runs against the default (fork server when root) and the fresh-interpreter path."""
+    if request.param == "bwrap" and shutil.which("bwrap") is None:
+        pytest.skip("bwrap not installed: the fresh-interpreter bwrap path cannot run here")
+    with Sandbox(SandboxConfig(memory_bytes=1 << 30, isolation=request.param)) as box:
+        yield box
 
 
 def verdict(sb, program, tests="assert True", limit=LIMIT):
@@ -170,3 +175,5 @@ def test_config_validation_names_the_field():
         SandboxConfig(memory_bytes=0)
     with pytest.raises(ValueError, match="isolation"):
         SandboxConfig(isolation="docker")
+    with pytest.raises(ValueError, match="nproc"):
+        SandboxConfig(nproc=-1)

@@ -1,6 +1,7 @@
 """Code that runs *inside* the sandbox: the test runner and the value codec (spec §6).
 
-This module must stay standard-library only: the sandbox runs it with ``python -I -c <this source>``.
+This module must stay standard-library only: the sandbox runs it with ``python -I -c <this source>``
+(fresh interpreter per program) or as the first half of the fork server's source (``_zygote.py``).
 The harness imports the same module for the codec, so parent and child encode values identically.
 
 Two modes:
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 
 # Outputs whose canonical encoding is longer than this are sent as a sha256 digest (exact match only).
 DIGEST_THRESHOLD = 1 << 20
@@ -159,6 +161,16 @@ def decode_text(text: str):
 
 
 def _main() -> None:  # pragma: no cover - exercised through the sandbox tests
+    """Fresh-interpreter entry point: the payload arrives on stdin."""
+    run_payload(json.loads(sys.stdin.buffer.read().decode("utf-8")))
+
+
+def run_payload(payload: dict) -> None:  # pragma: no cover - exercised through the sandbox tests
+    """Apply the payload's rlimits and uid, silence stdio, run the program and report; never returns.
+
+    Runs in the process that will execute the untrusted program (a fresh interpreter, or a child
+    forked by the fork server in ``_zygote.py``); records go to the already-open fd ``result_fd``.
+    """
     import os
     import resource
     import signal
@@ -166,7 +178,6 @@ def _main() -> None:  # pragma: no cover - exercised through the sandbox tests
     import time
 
     sys.set_int_max_str_digits(0)
-    payload = json.loads(sys.stdin.buffer.read().decode("utf-8"))
     # Bind what the runner needs now, so a program that monkeypatches os/json cannot change the reports.
     write, dumps, exit_, out_fd = os.write, json.dumps, os._exit, payload["result_fd"]
 
@@ -233,5 +244,5 @@ def _main() -> None:  # pragma: no cover - exercised through the sandbox tests
     exit_(0)
 
 
-if __name__ == "__main__":  # pragma: no cover
+if __name__ == "__main__" and sys.argv[1:2] != ["--zygote"]:  # pragma: no cover
     _main()

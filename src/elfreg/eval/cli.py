@@ -10,7 +10,7 @@ from .codecheck import TimeRule
 from .completions import CompletionsError, read_completions
 from .datasets import default_registry
 from .report import markdown_table, write_reports
-from .sandbox import Sandbox, SandboxConfig
+from .sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig
 from .scoring import ScoreOptions, score_completions
 
 
@@ -27,7 +27,9 @@ def register(subparsers) -> argparse.ArgumentParser:
     sc.add_argument("--data", default=None, help="benchmark file (default: the shared data folder)")
     sc.add_argument("--out", required=True, help="output folder: results.jsonl, summary.json, summary.md")
     sc.add_argument("--workers", type=int, default=2)
-    sc.add_argument("--isolation", default="auto", choices=["auto", "bwrap", "none"])
+    sc.add_argument("--isolation", default="auto", choices=list(ISOLATION_CHOICES),
+                    help="zygote: bwrap fork server per worker (fast; root); bwrap: fresh interpreter per "
+                         "program under bwrap; none: rlimits only; auto: the first that works")
     sc.add_argument("--memory-gb", type=float, default=4.0)
     sc.add_argument("--min-time", type=float, default=4.0, help="per-test time floor in seconds (EvalPlus rule)")
     sc.add_argument("--time-factor", type=float, default=4.0, help="x the reference solution's time")

