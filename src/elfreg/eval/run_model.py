@@ -17,7 +17,7 @@ from .codecheck import TimeRule
 from .datasets import default_registry
 from .completions import Completion
 from .report import markdown_table, write_reports
-from .sandbox import Sandbox, SandboxConfig
+from .sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig
 from .scoring import ScoreOptions, score_completions
 
 # The paper's inference guidance scale by benchmark kind (spec §5): GSM8K 3, MATH and code 2.
@@ -35,7 +35,7 @@ def register_run(sub) -> None:
     p.add_argument("--out", required=True, help="run folder")
     p.add_argument("--limit", type=int, default=None, help="only the first N problems (reported as a subset)")
     p.add_argument("--workers", type=int, default=2, help="scoring workers")
-    p.add_argument("--isolation", default="auto", choices=["auto", "bwrap", "none"])
+    p.add_argument("--isolation", default="auto", choices=list(ISOLATION_CHOICES))
     add_sampler_arguments(p)
     p.set_defaults(func=cmd_eval_run)
 
@@ -89,7 +89,11 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     opts = ScoreOptions(workers=args.workers, allow_subset=args.limit is not None, time_rule=TimeRule(),
                         progress=not args.no_progress)
     sandbox = Sandbox(SandboxConfig(isolation=args.isolation)) if bench.kind == "code" else None
-    summary = score_completions(bench, comps, out / "results.jsonl", opts, sandbox)
+    try:
+        summary = score_completions(bench, comps, out / "results.jsonl", opts, sandbox)
+    finally:
+        if sandbox is not None:
+            sandbox.close()
     summary.update(model=str(args.model), generation=generation_settings(gens_path),
                    samples_per_problem=args.samples, problems=len(problems))
     write_reports(summary, out)
