@@ -165,7 +165,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     t = time.perf_counter()
     canvas = CanvasConfig(canvas_len=cfg.student.canvas_len, prompt_cap=cfg.student.max_prompt_len, overflow="error")
     features = CachedFeatures.build_or_load(train_rows, backbones, canvas, cache_dir or default_cache_dir(),
-                                            task="math", need_teacher=True)
+                                            task="math", need_teacher=True, progress=progress)
     phases["features"] = time.perf_counter() - t
     head_ids = head_token_ids(backbones.tokenizer, train_rows + test_rows) if cfg.student.restrict_head else None
     dims = dict(feature_dim=backbones.feature_dim, reg_dim=backbones.teacher_dim, teacher_dim=backbones.teacher_dim,

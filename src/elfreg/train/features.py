@@ -110,7 +110,7 @@ class CachedFeatures:
     @classmethod
     def build_or_load(cls, rows: list[dict], backbones, canvas_cfg: CanvasConfig, cache_dir: str | Path,
                       task: str = "math", need_teacher: bool = True, batch_size: int = 16,
-                      shard_rows: int = 4096) -> "CachedFeatures":
+                      shard_rows: int = 4096, progress: bool = True) -> "CachedFeatures":
         """Features of ``rows`` ({"prompt", "response", "answer"?}), extracted once into cache_dir/<key>/ and reused.
 
         Over-long rows follow canvas_cfg.overflow (skipped rows are left out). Shards are safetensors (fp16 features),
@@ -137,7 +137,9 @@ class CachedFeatures:
         if not canvases:
             raise ValueError("FeatureCache: no row fits the canvas")
         chunks: dict[str, list[Tensor]] = {}
-        for i in range(0, len(canvases), batch_size):
+        from tqdm.auto import tqdm
+
+        for i in tqdm(range(0, len(canvases), batch_size), desc="features", unit="batch", disable=not progress):
             raw = raw_batch(backbones, collate(canvases[i:i + batch_size]), need_teacher)
             for k, v in raw.__dict__.items():
                 if v is not None:
