@@ -87,7 +87,8 @@ def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: li
                         max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, extra_token="reg" if reg else "none",
                         repa=reg, repa_block=s.repa_block, repa_hidden=s.repa_hidden, head_token_ids=head_ids)
     train_cfg = TrainConfig(seed=t.seed, steps=t.steps, batch_size=t.batch_size, lr=t.lr, warmup_steps=t.warmup_steps,
-                            ema_decay=t.ema_decay, optimizer=t.optimizer, log_every=t.log_every,
+                            ema_decay=t.ema_decay, optimizer=t.optimizer, precision=t.precision,
+                            log_every=t.log_every,
                             save_every=t.save_every, keep_last=1, stats_canvases=min(1024, cfg.task.n_train),
                             match_backbones=False, device="cpu", progress=progress)
     return RunConfig(model=model, objective=ObjectiveConfig(use_repa=reg, use_reg=reg), backbones=bcfg,
