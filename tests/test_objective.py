@@ -80,7 +80,8 @@ def test_loss_is_weighted_sum_of_terms():
     cfg = ObjectiveConfig()
     out = elf_reg_loss(make_student(), make_batch(), make_draws(cfg), cfg)
     t = out.terms
-    assert out.loss.item() == pytest.approx(t["loss_elf"] + 0.5 * t["loss_repa"] + 0.1 * t["loss_reg"], rel=1e-6)
+    expect = t["loss_elf"].item() + 0.5 * t["loss_repa"].item() + 0.1 * t["loss_reg"].item()
+    assert out.loss.item() == pytest.approx(expect, rel=1e-6)
     out.loss.backward()
 
 

@@ -70,9 +70,9 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     """Entry point of `elfreg eval run`; returns an exit code."""
     from elfreg.sampling.cli import cmd_generate
 
-    bench = default_registry().load(args.benchmark, args.data)
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit: need >= 1, got {args.limit}")
+    bench = default_registry().load(args.benchmark, args.data)
     problems = bench.problems[: args.limit] if args.limit else bench.problems
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

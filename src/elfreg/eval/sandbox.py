@@ -55,7 +55,9 @@ class SandboxConfig:
     nproc: int = 64
     max_result_bytes: int = 256 << 20
     isolation: str = "auto"  # one of ISOLATION_CHOICES
-    python: str = sys.executable
+    # The base interpreter, never a virtual environment's launcher: a venv may live under /tmp, which every
+    # sandboxed program gets as a fresh tmpfs; the runner and the programs need the standard library only.
+    python: str = field(default_factory=lambda: os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "file_bytes", "workdir_bytes", "nproc", "max_result_bytes"):
