@@ -77,3 +77,8 @@ def test_claims_are_computed_from_the_numbers():
     assert got["ELF: re-noising lowers accuracy at 2 NFE"] == "held"
     assert got["ELF-REG: re-noising lowers accuracy at 2 NFE"] == "did not hold"  # a tie does not hold
     assert got["ELF: early-stop accuracy grows from 2 to 4 NFE"] == "held"
+    # means equal up to float rounding are a tie too
+    cells["ELF"][2] = cell("full-span", 4, 46 / 300)
+    cells["ELF"][1] = cell("early-stop", 4, 46 / 300 + 1e-15)
+    got = {c: o for c, o, _ in claims(results, cfg)}
+    assert got["ELF: prefix early-stop beats full-span at 4 NFE"] == "did not hold"

@@ -22,12 +22,12 @@ def _fmt(c: dict | None) -> str:
 
 def _compare(a: dict | None, b: dict | None, sign: int = 1) -> tuple[bool | None, str]:
     """Whether b is above a (sign=1) or below it (sign=-1), and how clearly: a difference within one seed-std
-    of either side is reported as within seed noise. A tie does not hold."""
+    of either side is reported as within seed noise. A tie (up to float rounding) does not hold."""
     if a is None or b is None:
         return None, "not measured"
     diff = b["mean"] - a["mean"]
     clear = "clearly" if abs(diff) > max(a["std"], b["std"]) else "within seed noise"
-    return sign * diff > 0, f"{100 * b['mean']:.1f} vs {100 * a['mean']:.1f} ({100 * diff:+.1f} points, {clear})"
+    return sign * diff > 1e-9, f"{100 * b['mean']:.1f} vs {100 * a['mean']:.1f} ({100 * diff:+.1f} points, {clear})"
 
 
 def claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
