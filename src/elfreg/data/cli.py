@@ -5,16 +5,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 from typing import Any
 
 from elfreg.data.canvas import CanvasConfig, special_ids
 from elfreg.data.readers import ReadStats, iter_examples
 from elfreg.data.sources import SourceSpec, preset
-
-
-def _default_benchmarks() -> str:
-    return os.path.join(os.environ.get("ELFREG_SHARED", "shared"), "data")
 
 
 def _parse_columns(text: str) -> dict[str, str]:
@@ -56,15 +51,18 @@ def cmd_decontaminate(args: argparse.Namespace) -> int:
     from elfreg.data.decontam_code import CodeDecontamConfig, CodeMatcher
     from elfreg.data.decontam_math import MathDecontamConfig, MathMatcher
 
+    from elfreg.eval.datasets import default_data_dir
+
+    benchmarks = args.benchmarks or str(default_data_dir())  # the evaluation harness's search for shared/data
     specs = _specs(args)
     stats: dict[str, ReadStats] = {}
     report = DecontamReport(task=args.task)
     if args.task == "math":
-        matcher = MathMatcher(load_math_benchmarks(args.benchmarks),
+        matcher = MathMatcher(load_math_benchmarks(benchmarks),
                               MathDecontamConfig(ngram=args.ngram, jaccard_threshold=args.jaccard))
         kept = decontaminate_math(lambda: _rows(specs, stats), matcher, report)
     else:
-        cmatcher = CodeMatcher(load_code_benchmarks(args.benchmarks),
+        cmatcher = CodeMatcher(load_code_benchmarks(benchmarks),
                                CodeDecontamConfig(ngram=args.ngram, jaccard_threshold=args.jaccard))
         kept = decontaminate_code(_rows(specs, stats), cmatcher, report)
     write_jsonl_atomic(args.output, kept)
@@ -139,7 +137,9 @@ def register(subparsers: Any) -> None:
     _common(dec)
     dec.add_argument("--output", required=True, help="cleaned JSONL (prompt/response/answer/id/source)")
     dec.add_argument("--report", required=True, help="JSON report of dropped rows and counts")
-    dec.add_argument("--benchmarks", default=_default_benchmarks(), help="shared/data folder with the test sets")
+    dec.add_argument("--benchmarks", default=None,
+                     help="shared/data folder with the test sets (default: ELFREG_DATA_DIR, ELFREG_SHARED/data, "
+                          "../shared/data)")
     dec.add_argument("--ngram", type=int, default=8)
     dec.add_argument("--jaccard", type=float, default=0.5)
     dec.set_defaults(func=cmd_decontaminate)
