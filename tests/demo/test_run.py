@@ -38,8 +38,14 @@ def test_quick_demo_writes_every_artifact(demo_run):
         assert {(c["sampler"], c["nfe"]) for c in cells} == {(s, n) for s in cfg.eval.samplers for n in cfg.eval.nfes}
         assert all(len(c["acc"]) == len(cfg.eval.seeds) and 0 <= c["mean"] <= 1 for c in cells)
         assert results["models"][variant]["steps"] == cfg.train.steps
+        # the accuracy curve's last point is the final evaluation's cell (same weights, noise keys and batches)
+        curve = results["models"][variant]["curve"]
+        assert [pt["step"] for pt in curve] == list(range(cfg.eval.curve_every, cfg.train.steps + 1, cfg.eval.curve_every))
+        main = next(c for c in cells if c["sampler"] == "early-stop" and c["nfe"] == cfg.eval.main_nfe)
+        assert curve[-1]["acc"] == main["acc"][0] and curve[-1]["chain_acc"] == main["chain_acc"][0]
     report = (out / "report.md").read_text()
     assert "## The paper's claims at this scale" in report and "ELF-REG beats ELF" in report
+    assert "## Test accuracy during training" in report
     assert len(claims(results, cfg)) == 9
     # the features were cached once, keyed by model, layers and data
     assert len(list(cache.glob("*/manifest.json"))) == 1

@@ -77,8 +77,10 @@ class DemoEval:
     w: float = 3.0
     batch_size: int = 100
     main_nfe: int = 16
+    curve_every: int = 150  # test accuracy of the EMA weights during training (early-stop, main NFE, first seed); 0: off
 
     def __post_init__(self) -> None:
+        check(self.curve_every >= 0, "eval.curve_every", "must be >= 0 (0 turns the accuracy curve off)")
         for s in self.samplers:
             check(s in SAMPLERS, "eval.samplers", f"unknown sampler {s!r}; choose from {SAMPLERS}")
         check(len(self.seeds) >= 1, "eval.seeds", "need at least one seed")
@@ -102,5 +104,5 @@ QUICK = {  # seconds to a minute: every stage end to end, no claim about accurac
     "task": {"n_train": 64, "n_test": 8},
     "student": {"width": 64, "depth": 2, "heads": 2, "repa_block": 1, "repa_hidden": 64, "bottleneck_dim": 32},
     "train": {"steps": 6, "batch_size": 16, "warmup_steps": 2, "log_every": 2, "save_every": 3},
-    "eval": {"nfes": [2, 4], "seeds": [0, 1, 2], "batch_size": 8, "main_nfe": 4},
+    "eval": {"nfes": [2, 4], "seeds": [0, 1, 2], "batch_size": 8, "main_nfe": 4, "curve_every": 3},
 }

@@ -80,6 +80,14 @@ def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
         if c:
             lines.append(f"| {v} | {_fmt(c)} | {100 * sum(c['chain_acc']) / len(c['chain_acc']):.1f} | "
                          f"{sum(c['exit_time']) / len(c['exit_time']):.3f} |")
+    curves = {v: m.get("curve") or [] for v, m in results["models"].items()}
+    steps = sorted({pt["step"] for c in curves.values() for pt in c})
+    if steps:
+        lines += ["", f"## Test accuracy during training (EMA weights, early-stop {ev.main_nfe} NFE, seed {ev.seeds[0]})",
+                  "", "| step | " + " | ".join(curves) + " |", "|---|" + "---|" * len(curves)]
+        for st in steps:
+            row = [next((f"{100 * pt['acc']:.1f}" for pt in c if pt["step"] == st), "–") for c in curves.values()]
+            lines.append(f"| {st} | " + " | ".join(row) + " |")
     lines += ["", "## The paper's claims at this scale", "", "| claim | outcome | evidence |", "|---|---|---|"]
     lines += [f"| {c} | **{o}** | {e} |" for c, o, e in claims(results, cfg)]
     ph = results["phases_seconds"]
@@ -117,8 +125,10 @@ def _plots(results: dict, cfg: DemoConfig, out: Path) -> None:
     atomic_write(out / "accuracy_vs_nfe.png", lambda p: fig.savefig(p, format="png", dpi=110))
     plt.close(fig)
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, axes = plt.subplots(1, 3, figsize=(13.5, 3.4))
     for v in results["models"]:
+        curve = results["models"][v].get("curve") or []
+        axes[2].plot([pt["step"] for pt in curve], [100 * pt["acc"] for pt in curve], marker="o", label=v)
         path = Path(results["models"][v]["model_dir"]).parent / "metrics.jsonl"
         recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
         steps = [r["step"] for r in recs]
@@ -126,9 +136,11 @@ def _plots(results: dict, cfg: DemoConfig, out: Path) -> None:
         axes[1].plot(steps, [r["loss"] for r in recs], label=v)
     axes[0].set_title("L_ELF (text: l2 + CE)")
     axes[1].set_title("total loss")
+    axes[2].set_title(f"test exact match (%), early-stop {ev.main_nfe} NFE")
     for ax in axes:
         ax.set_xlabel("step")
-        ax.set_yscale("log")
+        if ax is not axes[2]:
+            ax.set_yscale("log")
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()

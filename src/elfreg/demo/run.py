@@ -6,6 +6,7 @@ several NFE over several seeds -> results.json, report.md, plots. Every number i
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -27,8 +28,9 @@ from elfreg.hub import ElfModel
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.decode import detokenize, response_token_ids
 from elfreg.sampling.samplers import sample
-from elfreg.train import CachedFeatures, train
+from elfreg.train import CachedFeatures
 from elfreg.train.config import CanvasSection, DataConfig, RunConfig, TrainConfig
+from elfreg.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
 VARIANTS = ("ELF", "ELF-REG")
@@ -79,29 +81,41 @@ def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: li
                      canvas=CanvasSection(overflow="error"))
 
 
+def sample_texts(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: SamplerConfig,
+                 batch_size: int) -> tuple[list[str], list[float]]:
+    """Response texts and exit times of every encoded prompt (row i uses noise key (i, 0)); checks the NFE spent."""
+    texts, exits = [], []
+    for b in range(0, x.shape[0], batch_size):
+        idx = list(range(b, min(b + batch_size, x.shape[0])))
+        res = sample(model.student, x[idx], mask[idx], scfg, keys=[(i, 0) for i in idx])
+        if res.count.nfe != scfg.nfe:
+            raise RuntimeError(f"sampler spent {res.count.nfe} NFE, expected {scfg.nfe}")
+        texts += detokenize(model.tokenizer, response_token_ids(res.token_ids, mask[idx], model.tokenizer.eos_token_id))
+        exits += res.exit_time.tolist()
+    return texts, exits
+
+
+def sampler_config(model: ElfModel, cfg: DemoConfig, sampler_name: str, nfe: int, seed: int) -> SamplerConfig:
+    ev = cfg.eval
+    return SamplerConfig(sampler=sampler_name, nfe=nfe, rho=ev.rho, w=ev.w, sigma=model.config.objective.sigma,
+                         seed=seed)
+
+
 def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig, progress) -> dict:
     """Accuracy of every (sampler, NFE, seed) on the test problems; prompts are encoded once."""
     prompts = [apply_template(r, "math")[0] for r in rows]
     t0 = time.perf_counter()
     x, mask, _ = model.encode_prompts(prompts)
     encoder_s = time.perf_counter() - t0
-    tok = model.tokenizer
     ev = cfg.eval
     out: dict = {"encoder_seconds": encoder_s, "cells": []}
     for sampler_name in ev.samplers:
         for nfe in ev.nfes:
             cell = {"sampler": sampler_name, "nfe": nfe, "acc": [], "chain_acc": [], "exit_time": [], "seconds": []}
             for seed in ev.seeds:
-                scfg = SamplerConfig(sampler=sampler_name, nfe=nfe, rho=ev.rho, w=ev.w,
-                                     sigma=model.config.objective.sigma, seed=seed)
-                texts, exits, t1 = [], [], time.perf_counter()
-                for b in range(0, len(prompts), ev.batch_size):
-                    idx = list(range(b, min(b + ev.batch_size, len(prompts))))
-                    res = sample(model.student, x[idx], mask[idx], scfg, keys=[(i, 0) for i in idx])
-                    if res.count.nfe != nfe:
-                        raise RuntimeError(f"sampler spent {res.count.nfe} NFE, expected {nfe}")
-                    texts += detokenize(tok, response_token_ids(res.token_ids, mask[idx], tok.eos_token_id))
-                    exits += res.exit_time.tolist()
+                t1 = time.perf_counter()
+                texts, exits = sample_texts(model, x, mask, sampler_config(model, cfg, sampler_name, nfe, seed),
+                                            ev.batch_size)
                 cell["seconds"].append(time.perf_counter() - t1)
                 cell["acc"].append(sum(chain.score(s, p) for s, p in zip(texts, problems)) / len(problems))
                 cell["chain_acc"].append(sum(chain.chain_correct(s, p) for s, p in zip(texts, problems)) / len(problems))
@@ -114,6 +128,39 @@ def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig,
             cell["std"] = statistics.stdev(cell["acc"]) if len(cell["acc"]) > 1 else 0.0
             out["cells"].append(cell)
     return out
+
+
+class AccuracyCurve:
+    """Trainer hook: every ``eval.curve_every`` steps, test accuracy of the current EMA weights.
+
+    Early-stop at the main NFE with the first evaluation seed, the same noise keys and batches as ``evaluate``, so
+    the point at the last step equals the final evaluation's cell. Shows when the model starts to solve the task,
+    which the loss alone does not.
+    """
+
+    def __init__(self, trainer: Trainer, problems: list, rows: list[dict], cfg: DemoConfig) -> None:
+        self.trainer, self.problems, self.cfg = trainer, problems, cfg
+        self.prompts = [apply_template(r, "math")[0] for r in rows]
+        self.encoded: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.points: list[dict] = []
+
+    def __call__(self, step: int) -> None:
+        ev = self.cfg.eval
+        if not ev.curve_every or step % ev.curve_every:
+            return
+        model = copy.deepcopy(self.trainer.elf)
+        model.student.load_state_dict(self.trainer.ema.shadow, strict=False)  # non-persistent buffers stay
+        model.student.eval()
+        model.attach_backbones(self.trainer.backbones)
+        if self.encoded is None:  # the standardisation is fixed before the first step
+            self.encoded = model.encode_prompts(self.prompts)[:2]
+        x, mask = self.encoded
+        scfg = sampler_config(model, self.cfg, "early-stop", ev.main_nfe, ev.seeds[0])
+        texts, _ = sample_texts(model, x, mask, scfg, ev.batch_size)
+        n = len(self.problems)
+        self.points.append({"step": step, "acc": sum(chain.score(s, p) for s, p in zip(texts, self.problems)) / n,
+                            "chain_acc": sum(chain.chain_correct(s, p) for s, p in zip(texts, self.problems)) / n})
+        log.info("step %d: test exact match %.3f (early-stop %d NFE, EMA)", step, self.points[-1]["acc"], ev.main_nfe)
 
 
 def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
@@ -160,10 +207,13 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     for variant in VARIANTS:
         t = time.perf_counter()
         rcfg = run_config(cfg, variant, bcfg, head_ids, dims, progress)
-        res = train(rcfg, out / variant, backbones=backbones, dataset=features)
+        trainer = Trainer(rcfg, out / variant, backbones=backbones, dataset=features)
+        curve = AccuracyCurve(trainer, test_p, test_rows, cfg)
+        trainer.hooks.append(curve)
+        res = trainer.run()
         phases[f"train {variant}"] = time.perf_counter() - t
         results["models"][variant] = {"model_dir": str(res.model_dir), "steps": res.step,
-                                      "train_seconds": phases[f"train {variant}"]}
+                                      "train_seconds": phases[f"train {variant}"], "curve": curve.points}
 
     t = time.perf_counter()
     ev = cfg.eval

@@ -22,6 +22,17 @@ ELF 8.5/11/11.5% and ELF-REG 11.5/14/14.5% at 200/300/400 steps. So learning sta
 and 50% needs more steps than the probe could run on a shared CPU. A model that only picks one of the
 root digits scores 1/(1 + distractors): ``chain_correct`` checks the shown path as well.
 
+Why it is still slow (measured, 2026-11-30): the bottleneck is not the sampler, the features or the arithmetic
+but a long plateau before the student learns to read the prompt at all. After 1,500 steps (width 128) the EMA
+model copies the query letter into the first response slot only 44-50% of the time (chance 12.5%), and at t = 0
+its first lookup is right 12% of the time, although every response position is decoded 100% right from clean
+features and the letter explains 87-99% of the feature variance there. Plain supervised regression of the
+response features from the clean prompt (t = 0 only, no diffusion) shows the same plateau: with the loss on one
+position the copy is learned after ~220 steps (~50 with random token embeddings instead of SmolLM2 features);
+with the loss on every response position, neither is learned within 250 steps. Changes that did not move test
+accuracy at 16 NFE off 9-16% within 600-2,000 steps: lr 5e-3, encoder layer 3, SC-CFG off (w = 1), t_mean
+-0.5, pure t ~ 0 training, 8 heads, sigma 1 (plateau test), batch 16 or 32 with proportionally more steps.
+
 Train and test are disjoint by construction: a problem belongs to the test split iff a hash of its prompt
 text falls in the test bucket, so no prompt can appear in both, whatever the seeds.
 """
