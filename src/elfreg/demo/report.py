@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from elfreg.atomic import atomic_write_text
@@ -20,37 +21,50 @@ def _fmt(c: dict | None) -> str:
     return "—" if c is None else f"{100 * c['mean']:.1f} ± {100 * c['std']:.1f}"
 
 
-def _compare(a: dict | None, b: dict | None, sign: int = 1) -> tuple[bool | None, str]:
-    """Whether b is above a (sign=1) or below it (sign=-1), and how clearly: a difference within one seed-std
-    of either side is reported as within seed noise. A tie (up to float rounding) does not hold."""
+def _compare(a: dict | None, b: dict | None, sign: int = 1, n_problems: int | None = None) -> tuple[str, str]:
+    """Outcome of "b is above a" (sign=1) or "below a" (sign=-1) and its evidence.
+
+    "held" or "did not hold" only when the difference of the means exceeds twice its standard error: the spread
+    over seeds of both cells (std / sqrt(seeds)) plus, given ``n_problems``, the binomial error of a test set that
+    small. Anything closer, ties included, is "inconclusive": at the demo's size most differences are.
+    """
     if a is None or b is None:
-        return None, "not measured"
+        return "not measured", "not measured"
     diff = b["mean"] - a["mean"]
-    clear = "clearly" if abs(diff) > max(a["std"], b["std"]) else "within seed noise"
-    return sign * diff > 1e-9, f"{100 * b['mean']:.1f} vs {100 * a['mean']:.1f} ({100 * diff:+.1f} points, {clear})"
+    var = sum(c["std"] ** 2 / max(len(c.get("acc", ())), 1) for c in (a, b))
+    if n_problems:
+        var += sum(c["mean"] * (1 - c["mean"]) for c in (a, b)) / n_problems
+    margin = 2 * math.sqrt(var)
+    if abs(diff) <= max(margin, 1e-9):
+        outcome = "inconclusive"
+    else:
+        outcome = "held" if sign * diff > 0 else "did not hold"
+    return outcome, f"{100 * b['mean']:.1f} vs {100 * a['mean']:.1f} ({100 * diff:+.1f} points, 2 s.e. {100 * margin:.1f})"
 
 
 def claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
-    """(claim, held / did not hold / not measured, evidence) for the paper's claims at this scale."""
+    """(claim, held / did not hold / inconclusive / not measured, evidence) for the paper's claims at this scale."""
     ev = cfg.eval
     n, lo, hi = ev.main_nfe, min(ev.nfes), max(ev.nfes)
+    n_problems = results.get("task", {}).get("test")
     rows = []
 
-    def add(text: str, outcome: tuple[bool | None, str]) -> None:
-        held, evidence = outcome
-        rows.append((text, "not measured" if held is None else ("held" if held else "did not hold"), evidence))
+    def add(text: str, outcome: tuple[str, str]) -> None:
+        rows.append((text, *outcome))
 
     add(f"ELF-REG beats ELF (early-stop, {n} NFE)",
-        _compare(_cell(results, "ELF", "early-stop", n), _cell(results, "ELF-REG", "early-stop", n)))
+        _compare(_cell(results, "ELF", "early-stop", n), _cell(results, "ELF-REG", "early-stop", n),
+                 n_problems=n_problems))
     for v in ("ELF", "ELF-REG"):
         add(f"{v}: prefix early-stop beats full-span at {n} NFE",
-            _compare(_cell(results, v, "full-span", n), _cell(results, v, "early-stop", n)))
+            _compare(_cell(results, v, "full-span", n), _cell(results, v, "early-stop", n), n_problems=n_problems))
         add(f"{v}: re-noising beats early-stop at {hi} NFE",
-            _compare(_cell(results, v, "early-stop", hi), _cell(results, v, "renoise", hi)))
+            _compare(_cell(results, v, "early-stop", hi), _cell(results, v, "renoise", hi), n_problems=n_problems))
         add(f"{v}: re-noising lowers accuracy at {lo} NFE",
-            _compare(_cell(results, v, "early-stop", lo), _cell(results, v, "renoise", lo), sign=-1))
+            _compare(_cell(results, v, "early-stop", lo), _cell(results, v, "renoise", lo), sign=-1,
+                     n_problems=n_problems))
         add(f"{v}: early-stop accuracy grows from {lo} to {hi} NFE",
-            _compare(_cell(results, v, "early-stop", lo), _cell(results, v, "early-stop", hi)))
+            _compare(_cell(results, v, "early-stop", lo), _cell(results, v, "early-stop", hi), n_problems=n_problems))
     return rows
 
 
@@ -88,7 +102,10 @@ def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
         for st in steps:
             row = [next((f"{100 * pt['acc']:.1f}" for pt in c if pt["step"] == st), "–") for c in curves.values()]
             lines.append(f"| {st} | " + " | ".join(row) + " |")
-    lines += ["", "## The paper's claims at this scale", "", "| claim | outcome | evidence |", "|---|---|---|"]
+    lines += ["", "## The paper's claims at this scale", "",
+              ("A claim held or did not hold only where the difference exceeds twice its standard error (the spread "
+               "over seeds plus the binomial error of the test set); otherwise it is inconclusive at this size."), "",
+              "| claim | outcome | evidence |", "|---|---|---|"]
     lines += [f"| {c} | **{o}** | {e} |" for c, o, e in claims(results, cfg)]
     ph = results["phases_seconds"]
     lines += ["", "## Time", "", "| phase | seconds |", "|---|---|"]
