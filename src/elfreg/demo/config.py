@@ -77,7 +77,7 @@ class DemoEval:
     w: float = 3.0
     batch_size: int = 100
     main_nfe: int = 16
-    curve_every: int = 150  # test accuracy of the EMA weights during training (early-stop, main NFE, first seed); 0: off
+    curve_every: int = 200  # test accuracy of the EMA weights during training (early-stop, main NFE, first seed); 0: off
 
     def __post_init__(self) -> None:
         check(self.curve_every >= 0, "eval.curve_every", "must be >= 0 (0 turns the accuracy curve off)")
