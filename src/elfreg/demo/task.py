@@ -31,7 +31,9 @@ response features from the clean prompt (t = 0 only, no diffusion) shows the sam
 position the copy is learned after ~220 steps (~50 with random token embeddings instead of SmolLM2 features);
 with the loss on every response position, neither is learned within 250 steps. Changes that did not move test
 accuracy at 16 NFE off 9-16% within 600-2,000 steps: lr 5e-3, encoder layer 3, SC-CFG off (w = 1), t_mean
--0.5, pure t ~ 0 training, 8 heads, sigma 1 (plateau test), batch 16 or 32 with proportionally more steps.
+-0.5, pure t ~ 0 training, 8 heads, sigma 1 (plateau test), batch 16 or 32 with proportionally more steps,
+1 hop with 3 one-digit distractors, half the training set made of 1-hop problems (800 steps), and a learned
+absolute position embedding (plateau test).
 
 Train and test are disjoint by construction: a problem belongs to the test split iff a hash of its prompt
 text falls in the test bucket, so no prompt can appear in both, whatever the seeds.
