@@ -8,6 +8,7 @@ import pytest
 from elfreg.cli import main
 from elfreg.demo.cli import demo_config
 from elfreg.demo.report import claims
+from elfreg.demo.run import AccuracyCurve, read_points
 from helpers import smollm2_gguf
 
 pytestmark = pytest.mark.slow
@@ -43,6 +44,7 @@ def test_quick_demo_writes_every_artifact(demo_run):
         assert [pt["step"] for pt in curve] == list(range(cfg.eval.curve_every, cfg.train.steps + 1, cfg.eval.curve_every))
         main = next(c for c in cells if c["sampler"] == "early-stop" and c["nfe"] == cfg.eval.main_nfe)
         assert curve[-1]["acc"] == main["acc"][0] and curve[-1]["chain_acc"] == main["chain_acc"][0]
+        assert read_points(out / variant / "accuracy_curve.jsonl") == curve  # saved as it was measured
     report = (out / "report.md").read_text()
     assert "## The paper's claims at this scale" in report and "ELF-REG beats ELF" in report
     assert "## Test accuracy during training" in report
@@ -108,3 +110,18 @@ def test_claims_need_a_difference_beyond_seed_and_test_set_noise():
         c[0]["std"] = 0.0
     small["ELF-REG"][0]["mean"] = 0.143
     assert {c: o for c, o, _ in claims(results, cfg)}["ELF-REG beats ELF (early-stop, 4 NFE)"] == "held"
+
+
+def test_accuracy_curve_keeps_points_up_to_the_resumed_step(tmp_path):
+    from types import SimpleNamespace
+
+    path = tmp_path / "accuracy_curve.jsonl"
+    points = [{"step": s, "acc": s / 10, "chain_acc": 0.0} for s in (2, 4, 6)]
+    path.write_text("".join(json.dumps(pt) + "\n" for pt in points) + '{"step": 8, "ac')  # torn by a kill
+    assert read_points(path) == points
+    curve = AccuracyCurve(SimpleNamespace(state={"step": 4}), [], [], demo_config(True, []), path)
+    assert curve.points == points[:2] and read_points(path) == points[:2]  # step 6 is measured again
+    assert AccuracyCurve(SimpleNamespace(state={"step": 0}), [], [], demo_config(True, []), tmp_path / "new").points == []
+    path.write_text('{"step": 2}\nnot json\n{"step": 4}\n')
+    with pytest.raises(ValueError, match="accuracy_curve.jsonl:2"):
+        read_points(path)

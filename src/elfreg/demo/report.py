@@ -49,22 +49,16 @@ def claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
     n_problems = results.get("task", {}).get("test")
     rows = []
 
-    def add(text: str, outcome: tuple[str, str]) -> None:
-        rows.append((text, *outcome))
+    def add(text: str, a: tuple[str, str, int], b: tuple[str, str, int], sign: int = 1) -> None:
+        """Claim ``text``: cell b = (variant, sampler, NFE) above (sign=1) or below (sign=-1) cell a."""
+        rows.append((text, *_compare(_cell(results, *a), _cell(results, *b), sign, n_problems)))
 
-    add(f"ELF-REG beats ELF (early-stop, {n} NFE)",
-        _compare(_cell(results, "ELF", "early-stop", n), _cell(results, "ELF-REG", "early-stop", n),
-                 n_problems=n_problems))
+    add(f"ELF-REG beats ELF (early-stop, {n} NFE)", ("ELF", "early-stop", n), ("ELF-REG", "early-stop", n))
     for v in ("ELF", "ELF-REG"):
-        add(f"{v}: prefix early-stop beats full-span at {n} NFE",
-            _compare(_cell(results, v, "full-span", n), _cell(results, v, "early-stop", n), n_problems=n_problems))
-        add(f"{v}: re-noising beats early-stop at {hi} NFE",
-            _compare(_cell(results, v, "early-stop", hi), _cell(results, v, "renoise", hi), n_problems=n_problems))
-        add(f"{v}: re-noising lowers accuracy at {lo} NFE",
-            _compare(_cell(results, v, "early-stop", lo), _cell(results, v, "renoise", lo), sign=-1,
-                     n_problems=n_problems))
-        add(f"{v}: early-stop accuracy grows from {lo} to {hi} NFE",
-            _compare(_cell(results, v, "early-stop", lo), _cell(results, v, "early-stop", hi), n_problems=n_problems))
+        add(f"{v}: prefix early-stop beats full-span at {n} NFE", (v, "full-span", n), (v, "early-stop", n))
+        add(f"{v}: re-noising beats early-stop at {hi} NFE", (v, "early-stop", hi), (v, "renoise", hi))
+        add(f"{v}: re-noising lowers accuracy at {lo} NFE", (v, "early-stop", lo), (v, "renoise", lo), sign=-1)
+        add(f"{v}: early-stop accuracy grows from {lo} to {hi} NFE", (v, "early-stop", lo), (v, "early-stop", hi))
     return rows
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from elfreg.atomic import atomic_write_text
+from elfreg.atomic import append_line, atomic_write_text
 from elfreg.backbones import Backbones, smollm2_gguf
 from elfreg.config import BackboneConfig, ModelConfig, ObjectiveConfig
 from elfreg.configtools import dump_yaml
@@ -95,6 +95,13 @@ def sample_texts(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: Sam
     return texts, exits
 
 
+def accuracy(texts: list[str], problems: list) -> tuple[float, float]:
+    """(exact final answer, whole chain right) fractions of ``texts`` against their problems."""
+    n = len(problems)
+    return (sum(chain.score(s, p) for s, p in zip(texts, problems)) / n,
+            sum(chain.chain_correct(s, p) for s, p in zip(texts, problems)) / n)
+
+
 def sampler_config(model: ElfModel, cfg: DemoConfig, sampler_name: str, nfe: int, seed: int) -> SamplerConfig:
     ev = cfg.eval
     return SamplerConfig(sampler=sampler_name, nfe=nfe, rho=ev.rho, w=ev.w, sigma=model.config.objective.sigma,
@@ -117,8 +124,9 @@ def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig,
                 texts, exits = sample_texts(model, x, mask, sampler_config(model, cfg, sampler_name, nfe, seed),
                                             ev.batch_size)
                 cell["seconds"].append(time.perf_counter() - t1)
-                cell["acc"].append(sum(chain.score(s, p) for s, p in zip(texts, problems)) / len(problems))
-                cell["chain_acc"].append(sum(chain.chain_correct(s, p) for s, p in zip(texts, problems)) / len(problems))
+                acc, chain_acc = accuracy(texts, problems)
+                cell["acc"].append(acc)
+                cell["chain_acc"].append(chain_acc)
                 cell["exit_time"].append(statistics.fmean(exits))
                 if seed == ev.seeds[0]:
                     cell["examples"] = [{"prompt": chain.format_prompt(p), "response": s, "answer": p.answer}
@@ -135,14 +143,16 @@ class AccuracyCurve:
 
     Early-stop at the main NFE with the first evaluation seed, the same noise keys and batches as ``evaluate``, so
     the point at the last step equals the final evaluation's cell. Shows when the model starts to solve the task,
-    which the loss alone does not.
+    which the loss alone does not. Points are appended to ``path`` as they come; a resumed run keeps those up to
+    its checkpoint's step (later ones are measured again).
     """
 
-    def __init__(self, trainer: Trainer, problems: list, rows: list[dict], cfg: DemoConfig) -> None:
-        self.trainer, self.problems, self.cfg = trainer, problems, cfg
+    def __init__(self, trainer: Trainer, problems: list, rows: list[dict], cfg: DemoConfig, path: Path) -> None:
+        self.trainer, self.problems, self.cfg, self.path = trainer, problems, cfg, path
         self.prompts = [apply_template(r, "math")[0] for r in rows]
         self.encoded: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.points: list[dict] = []
+        self.points = [pt for pt in read_points(path) if pt["step"] <= int(trainer.state["step"])]
+        atomic_write_text(path, "".join(json.dumps(pt) + "\n" for pt in self.points))
 
     def __call__(self, step: int) -> None:
         ev = self.cfg.eval
@@ -156,11 +166,26 @@ class AccuracyCurve:
             self.encoded = model.encode_prompts(self.prompts)[:2]
         x, mask = self.encoded
         scfg = sampler_config(model, self.cfg, "early-stop", ev.main_nfe, ev.seeds[0])
-        texts, _ = sample_texts(model, x, mask, scfg, ev.batch_size)
-        n = len(self.problems)
-        self.points.append({"step": step, "acc": sum(chain.score(s, p) for s, p in zip(texts, self.problems)) / n,
-                            "chain_acc": sum(chain.chain_correct(s, p) for s, p in zip(texts, self.problems)) / n})
-        log.info("step %d: test exact match %.3f (early-stop %d NFE, EMA)", step, self.points[-1]["acc"], ev.main_nfe)
+        acc, chain_acc = accuracy(sample_texts(model, x, mask, scfg, ev.batch_size)[0], self.problems)
+        self.points.append({"step": step, "acc": acc, "chain_acc": chain_acc})
+        append_line(self.path, json.dumps(self.points[-1]))
+        log.info("step %d: test exact match %.3f (early-stop %d NFE, EMA)", step, acc, ev.main_nfe)
+
+
+def read_points(path: Path) -> list[dict]:
+    """The curve points saved in ``path`` (none if it is missing); a torn last line from a kill is dropped."""
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines()
+    points = []
+    for i, line in enumerate(lines):
+        try:
+            points.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}:{i + 1}: not a JSON line") from None
+    return points
 
 
 def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
@@ -208,7 +233,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
         t = time.perf_counter()
         rcfg = run_config(cfg, variant, bcfg, head_ids, dims, progress)
         trainer = Trainer(rcfg, out / variant, backbones=backbones, dataset=features)
-        curve = AccuracyCurve(trainer, test_p, test_rows, cfg)
+        curve = AccuracyCurve(trainer, test_p, test_rows, cfg, out / variant / "accuracy_curve.jsonl")
         trainer.hooks.append(curve)
         res = trainer.run()
         phases[f"train {variant}"] = time.perf_counter() - t
