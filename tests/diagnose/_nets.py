@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from elfreg.config import model_preset
-from elfreg.model.student import ElfStudent
+from elfreg.model.student import ElfStudent, StudentOutput
 
 
 @dataclass
@@ -17,13 +17,6 @@ class ConstConfig:
     reg_dim: int = 3
     extra_token: str = "reg"
     max_len: int = 6
-
-
-@dataclass
-class ConstOutput:
-    x_hat: torch.Tensor
-    reg_hat: torch.Tensor | None = None
-    logits: torch.Tensor | None = None
 
 
 class ConstantNet(nn.Module):
@@ -40,7 +33,7 @@ class ConstantNet(nn.Module):
         b = z.shape[0]
         x_hat = self.c.expand(b, -1, -1).clone()
         reg_hat = None if reg is None else self.c_r.expand(b, -1).clone()
-        return ConstOutput(x_hat=x_hat, reg_hat=reg_hat, logits=z.clone() if decoder else None)
+        return StudentOutput(x_hat=x_hat, reg_hat=reg_hat, logits=z.clone() if decoder else None)
 
     def head_to_token_ids(self, idx):
         return idx

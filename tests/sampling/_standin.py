@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from elfreg.model.student import StudentOutput
+
 
 @dataclass
 class StandInConfig:
@@ -15,14 +17,6 @@ class StandInConfig:
     extra_token: str = "reg"
     max_len: int = 12
     vocab_size: int = 10
-
-
-@dataclass
-class StandInOutput:
-    x_hat: torch.Tensor
-    reg_hat: torch.Tensor | None = None
-    logits: torch.Tensor | None = None
-    repa_hidden: torch.Tensor | None = None
 
 
 class StandInStudent(nn.Module):
@@ -58,7 +52,7 @@ class StandInStudent(nn.Module):
                                reg=None if reg is None else reg.clone(),
                                reg_q=None if reg_q is None else reg_q.clone(),
                                x_hat=x_hat.clone(), reg_hat=None if reg_hat is None else reg_hat.clone()))
-        return StandInOutput(x_hat=x_hat, reg_hat=reg_hat, logits=logits)
+        return StudentOutput(x_hat=x_hat, reg_hat=reg_hat, logits=logits)
 
     def head_to_token_ids(self, idx):
         return idx
@@ -78,7 +72,7 @@ class AffineStandIn(nn.Module):
         if bool(decoder):
             s = z.sum(dim=-1, keepdim=True)
             logits = torch.cat([s, -s], dim=-1)   # token 0 if sum > 0 else 1
-        return StandInOutput(x_hat=x_hat, reg_hat=reg_hat, logits=logits)
+        return StudentOutput(x_hat=x_hat, reg_hat=reg_hat, logits=logits)
 
     def head_to_token_ids(self, idx):
         return idx
