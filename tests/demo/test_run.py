@@ -56,13 +56,13 @@ def test_quick_demo_writes_every_artifact(demo_run):
 def test_demo_models_work_with_generate_and_eval(demo_run, tmp_path):
     out, _ = demo_run
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(json.dumps({"prompt": "Question: a=3,b=a,c=b. c?\nAnswer:"}) + "\n")
+    prompts.write_text(json.dumps({"prompt": "Question: 3+4-2=?\nAnswer:"}) + "\n")
     gen = tmp_path / "gen.jsonl"
     assert main(["generate", "--model", str(out / "ELF-REG/model"), "--prompts", str(prompts), "--out", str(gen),
                  "--nfe", "4", "--samples", "2", "--no-progress", "--device", "cpu"]) == 0
     assert len(gen.read_text().splitlines()) == 2
     run = tmp_path / "eval"
-    assert main(["eval", "run", "--model", str(out / "ELF/model"), "--benchmark", "demo-chain", "--data",
+    assert main(["eval", "run", "--model", str(out / "ELF/model"), "--benchmark", "demo-arith", "--data",
                  str(out / "test.jsonl"), "--out", str(run), "--nfe", "4", "--limit", "4", "--no-progress",
                  "--device", "cpu"]) == 0
     summary = json.loads((run / "summary.json").read_text())

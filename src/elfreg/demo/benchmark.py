@@ -1,4 +1,4 @@
-"""The demo task as an evaluation benchmark (`elfreg eval run --benchmark demo-chain`), scored by exact match."""
+"""The demo tasks as evaluation benchmarks (`elfreg eval run --benchmark demo-arith|demo-chain`), exact match."""
 
 from __future__ import annotations
 
@@ -6,17 +6,29 @@ import hashlib
 import json
 from pathlib import Path
 
+from elfreg.demo import arith
 from elfreg.demo import task as chain
 from elfreg.eval.benchmark import Benchmark, Problem, sha256_file
 from elfreg.eval.prompts import gsm8k_prompt
 
 
+def load_demo_arith(path: str | None = None) -> Benchmark:
+    """The arithmetic-chain task: a demo run's test.jsonl, else the whole default test split."""
+    n = len(arith.all_problems()["test"])
+    return _load("arith", path, arith, n, f"generated: elfreg.demo.arith default test split ({n} problems)")
+
+
 def load_demo_chain(path: str | None = None) -> Benchmark:
-    """Test problems from a demo run's test.jsonl ({id, question, answer} per line), else the default test split."""
+    """The pointer-chasing task: a demo run's test.jsonl, else the default test split (seed 0, 200 problems)."""
+    return _load("chain", path, chain, 200, "generated: elfreg.demo.task default test split (seed 0, 200 problems)")
+
+
+def _load(kind: str, path: str | None, task, n: int, generated: str) -> Benchmark:
+    """Test problems from a demo run's test.jsonl ({id, question, answer} per line), else ``n`` generated ones."""
     if path is None:
-        rows = [{"id": f"chain/{i}", "question": chain.format_prompt(p), "answer": p.answer}
-                for i, p in enumerate(chain.make_split(200, 0, "test"))]
-        source = "generated: elfreg.demo.task default test split (seed 0, 200 problems)"
+        rows = [{"id": f"{kind}/{i}", "question": task.format_prompt(p), "answer": p.answer}
+                for i, p in enumerate(task.make_split(n, 0, "test"))]
+        source = generated
         digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
     else:
         rows = []
@@ -32,5 +44,5 @@ def load_demo_chain(path: str | None = None) -> Benchmark:
         source, digest = str(Path(path)), sha256_file(path)
     probs = [Problem(task_id=r["id"], question=r["question"], reference=f"#### {r['answer']}", answer=r["answer"])
              for r in rows]
-    return Benchmark("demo-chain", "exact", probs, source, digest, gsm8k_prompt,
-                     answer_extractor=chain.extract_answer)
+    return Benchmark(f"demo-{kind}", "exact", probs, source, digest, gsm8k_prompt,
+                     answer_extractor=task.extract_answer)

@@ -62,12 +62,19 @@ def claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
     return rows
 
 
+def task_description(cfg: DemoConfig) -> str:
+    """The configured task in words, for the report."""
+    t = cfg.task
+    if t.kind == "arith":
+        return f"single-digit arithmetic chains ({t.ops} dependent + / - steps)"
+    return (f"pointer chasing ({t.hops} hops, {t.distractors} distractor chain(s) of {t.distractor_hops} hops)")
+
+
 def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
     """report.md, accuracy_vs_nfe.png and learning_curves.png in ``out``."""
     ev = cfg.eval
     lines = ["# elfreg demo report", "",
-             f"Task: pointer chasing ({cfg.task.hops} hops, {cfg.task.distractors} distractor chain(s) of "
-             f"{cfg.task.distractor_hops} hops); {results['task']['train']} training and {results['task']['test']} "
+             f"Task: {task_description(cfg)}; {results['task']['train']} training and {results['task']['test']} "
              f"test problems. Frozen encoder/teacher: SmolLM2-135M-Instruct (encoder layer "
              f"{cfg.backbones.encoder_layer}, teacher layers {cfg.backbones.teacher_repa_layer}/"
              f"{cfg.backbones.teacher_reg_layer}). Student {cfg.student.depth} x {cfg.student.width}; "
@@ -82,7 +89,7 @@ def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
             lines.append(f"| {n} | " + " | ".join(_fmt(_cell(results, v, sampler, n)) for v in results["models"]) + " |")
         lines.append("")
     lines += ["## ELF vs ELF-REG at the main setting", "",
-              f"| model | early-stop {ev.main_nfe} NFE | chain fully right | mean exit time |", "|---|---|---|---|"]
+              f"| model | early-stop {ev.main_nfe} NFE | worked solution fully right | mean exit time |", "|---|---|---|---|"]
     for v in results["models"]:
         c = _cell(results, v, "early-stop", ev.main_nfe)
         if c:

@@ -13,6 +13,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -22,6 +23,7 @@ from elfreg.config import BackboneConfig, ModelConfig, ObjectiveConfig
 from elfreg.configtools import dump_yaml
 from elfreg.data import CanvasConfig
 from elfreg.data.templates import apply_template
+from elfreg.demo import arith
 from elfreg.demo import task as chain
 from elfreg.demo.config import DemoConfig
 from elfreg.hub import ElfModel
@@ -42,14 +44,21 @@ def default_cache_dir() -> Path:
     return Path(root) / "features" if root else Path.home() / ".cache" / "elfreg" / "features"
 
 
-def task_config(cfg: DemoConfig) -> chain.ChainTaskConfig:
+def task_module(cfg: DemoConfig) -> ModuleType:
+    """The module of the configured task: make_split, format_prompt, reference_response, score, chain_correct."""
+    return arith if cfg.task.kind == "arith" else chain
+
+
+def task_config(cfg: DemoConfig) -> arith.ArithTaskConfig | chain.ChainTaskConfig:
+    if cfg.task.kind == "arith":
+        return arith.ArithTaskConfig(ops=cfg.task.ops)
     return chain.ChainTaskConfig(hops=cfg.task.hops, distractor_hops=cfg.task.distractor_hops,
                                  distractors=cfg.task.distractors)
 
 
-def task_rows(problems: list) -> list[dict]:
+def task_rows(problems: list, task: ModuleType) -> list[dict]:
     """Problems as data rows {prompt, response, answer}: the math template applies on top (elfreg.data)."""
-    return [{"prompt": chain.format_prompt(p), "response": chain.reference_response(p), "answer": p.answer}
+    return [{"prompt": task.format_prompt(p), "response": task.reference_response(p), "answer": p.answer}
             for p in problems]
 
 
@@ -95,11 +104,11 @@ def sample_texts(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: Sam
     return texts, exits
 
 
-def accuracy(texts: list[str], problems: list) -> tuple[float, float]:
-    """(exact final answer, whole chain right) fractions of ``texts`` against their problems."""
+def accuracy(texts: list[str], problems: list, task: ModuleType) -> tuple[float, float]:
+    """(exact final answer, whole worked solution right) fractions of ``texts`` against their problems."""
     n = len(problems)
-    return (sum(chain.score(s, p) for s, p in zip(texts, problems)) / n,
-            sum(chain.chain_correct(s, p) for s, p in zip(texts, problems)) / n)
+    return (sum(task.score(s, p) for s, p in zip(texts, problems)) / n,
+            sum(task.chain_correct(s, p) for s, p in zip(texts, problems)) / n)
 
 
 def sampler_config(model: ElfModel, cfg: DemoConfig, sampler_name: str, nfe: int, seed: int) -> SamplerConfig:
@@ -124,13 +133,13 @@ def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig,
                 texts, exits = sample_texts(model, x, mask, sampler_config(model, cfg, sampler_name, nfe, seed),
                                             ev.batch_size)
                 cell["seconds"].append(time.perf_counter() - t1)
-                acc, chain_acc = accuracy(texts, problems)
+                acc, chain_acc = accuracy(texts, problems, task_module(cfg))
                 cell["acc"].append(acc)
                 cell["chain_acc"].append(chain_acc)
                 cell["exit_time"].append(statistics.fmean(exits))
                 if seed == ev.seeds[0]:
-                    cell["examples"] = [{"prompt": chain.format_prompt(p), "response": s, "answer": p.answer}
-                                        for p, s in list(zip(problems, texts))[:3]]
+                    cell["examples"] = [{"prompt": r["prompt"], "response": s, "answer": r["answer"]}
+                                        for r, s in list(zip(rows, texts))[:3]]
                 progress.update(1)
             cell["mean"] = statistics.fmean(cell["acc"])
             cell["std"] = statistics.stdev(cell["acc"]) if len(cell["acc"]) > 1 else 0.0
@@ -166,7 +175,8 @@ class AccuracyCurve:
             self.encoded = model.encode_prompts(self.prompts)[:2]
         x, mask = self.encoded
         scfg = sampler_config(model, self.cfg, "early-stop", ev.main_nfe, ev.seeds[0])
-        acc, chain_acc = accuracy(sample_texts(model, x, mask, scfg, ev.batch_size)[0], self.problems)
+        acc, chain_acc = accuracy(sample_texts(model, x, mask, scfg, ev.batch_size)[0], self.problems,
+                                  task_module(self.cfg))
         self.points.append({"step": step, "acc": acc, "chain_acc": chain_acc})
         append_line(self.path, json.dumps(self.points[-1]))
         log.info("step %d: test exact match %.3f (early-stop %d NFE, EMA)", step, acc, ev.main_nfe)
@@ -202,11 +212,11 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     phases: dict[str, float] = {}
 
     t = time.perf_counter()
-    tcfg = task_config(cfg)
-    train_p = chain.make_split(cfg.task.n_train, cfg.task.seed, "train", tcfg)
-    test_p = chain.make_split(cfg.task.n_test, cfg.task.seed, "test", tcfg)
-    train_rows, test_rows = task_rows(train_p), task_rows(test_p)
-    atomic_write_text(out / "test.jsonl", "".join(json.dumps({"id": f"chain/{i}", "question": r["prompt"],
+    task, tcfg = task_module(cfg), task_config(cfg)
+    train_p = task.make_split(cfg.task.n_train, cfg.task.seed, "train", tcfg)
+    test_p = task.make_split(cfg.task.n_test, cfg.task.seed, "test", tcfg)
+    train_rows, test_rows = task_rows(train_p, task), task_rows(test_p, task)
+    atomic_write_text(out / "test.jsonl", "".join(json.dumps({"id": f"{cfg.task.kind}/{i}", "question": r["prompt"],
                                                               "answer": r["answer"]}) + "\n"
                                                   for i, r in enumerate(test_rows)))
     folder, gguf = smollm2_gguf()

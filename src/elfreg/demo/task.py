@@ -1,4 +1,7 @@
-"""The built-in synthetic reasoning task of ``elfreg demo``: pointer chasing through variable assignments.
+"""A harder built-in task of ``elfreg demo`` (``task.kind=chain``): pointer chasing through variable assignments.
+
+Not the default: at the demo's CPU budget the student never got past chance on it (measurements below); the
+default is the arithmetic-chain task of ``elfreg.demo.arith``. It stays as a harder target for longer runs.
 
 A problem lists single-letter variable assignments in shuffled order. One chain starts at a digit and is
 followed by ``hops`` copies (``a=3, c=a, e=c``); a second, distractor chain starts at a different digit.

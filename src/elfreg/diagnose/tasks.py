@@ -66,12 +66,12 @@ BUILTIN_TASKS: dict[str, AnswerTask] = {
 
 
 def harness_task(name: str) -> AnswerTask | None:
-    """Tasks registered beside the evaluation harness: the embedded demo's pointer-chasing task."""
-    if name == "demo-chain":
-        from elfreg.demo import task as chain
+    """Tasks registered beside the evaluation harness: the embedded demo's tasks (one '#### X' final line)."""
+    if name in ("demo-arith", "demo-chain"):
+        from elfreg.demo import arith
 
-        return AnswerTask(name, chain.extract_answer,
-                          lambda text, problem: chain.extract_answer(text) == str(problem.get("answer")))
+        return AnswerTask(name, arith.extract_answer,
+                          lambda text, problem: arith.extract_answer(text) == str(problem.get("answer")))
     return None
 
 

@@ -181,8 +181,9 @@ def default_registry() -> BenchmarkRegistry:
                      ("humaneval_plus", load_humaneval_plus), ("mbpp", load_mbpp), ("mbpp_plus", load_mbpp_plus),
                      ("mmlu", load_mmlu)):
         reg.register(name, fn)
-    from elfreg.demo.benchmark import load_demo_chain  # the embedded demo's task, scored like the others
+    from elfreg.demo.benchmark import load_demo_arith, load_demo_chain  # the embedded demo's tasks
 
+    reg.register("demo-arith", load_demo_arith)
     reg.register("demo-chain", load_demo_chain)
     return reg
 
