@@ -125,3 +125,29 @@ def test_accuracy_curve_keeps_points_up_to_the_resumed_step(tmp_path):
     path.write_text('{"step": 2}\nnot json\n{"step": 4}\n')
     with pytest.raises(ValueError, match="accuracy_curve.jsonl:2"):
         read_points(path)
+
+
+def test_claims_with_per_problem_results_are_paired_over_the_problems():
+    from elfreg.demo.report import _paired_se
+
+    # By hand: seed-averaged correctness a = [1, 0, 0, 0], b = [1, 1, .5, 0]; d = [0, 1, .5, 0], mean .375,
+    # sample variance .6875 / 3, s.e. sqrt(.6875 / 3 / 4) = 0.2394.
+    a = {"mean": 0.25, "std": 0.0, "correct": [[1, 0, 0, 0], [1, 0, 0, 0]]}
+    b = {"mean": 0.625, "std": 0.0, "correct": [[1, 1, 1, 0], [1, 1, 0, 0]]}
+    assert abs(_paired_se(a, b) - (0.6875 / 3 / 4) ** 0.5) < 1e-12
+    assert _paired_se(a, {"mean": 0.5, "std": 0.0}) is None  # no per-problem results: the unpaired fallback
+    # b solves the same 50 of 100 problems as a plus 10 more, in every seed: +10 points holds when paired
+    # (2 s.e. = 2 sqrt(.09 * 100 / 99 / 100) = 6.0 points), though unpaired binomial errors alone give 2 s.e. 14.
+    cfg = demo_config(True, [])
+    same = [1] * 50 + [0] * 50
+    more = [1] * 60 + [0] * 40
+    cell = lambda v, m, rows: {"sampler": "early-stop", "nfe": 4, "mean": m, "std": 0.0, "acc": [m] * 3,  # noqa: E731
+                               "correct": rows}
+    results = {"task": {"test": 100}, "models": {"ELF": {"eval": {"cells": [cell("ELF", 0.5, [same] * 3)]}},
+                                                 "ELF-REG": {"eval": {"cells": [cell("ELF-REG", 0.6, [more] * 3)]}}}}
+    outcome, evidence = {c: (o, e) for c, o, e in claims(results, cfg)}["ELF-REG beats ELF (early-stop, 4 NFE)"]
+    assert outcome == "held" and "2 s.e. 6.0" in evidence
+    # the same means where the extra solved problems move around between seeds and the lost ones too: inconclusive
+    shuffled = [[1] * 60 + [0] * 40, [0] * 40 + [1] * 60, [1] * 30 + [0] * 40 + [1] * 30]
+    results["models"]["ELF-REG"]["eval"]["cells"] = [cell("ELF-REG", 0.6, shuffled)]
+    assert {c: o for c, o, _ in claims(results, cfg)}["ELF-REG beats ELF (early-stop, 4 NFE)"] == "inconclusive"

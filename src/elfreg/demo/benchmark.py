@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from types import ModuleType
 
 from elfreg.demo import arith
 from elfreg.demo import task as chain
@@ -23,11 +24,11 @@ def load_demo_chain(path: str | None = None) -> Benchmark:
     return _load("chain", path, chain, 200, "generated: elfreg.demo.task default test split (seed 0, 200 problems)")
 
 
-def _load(kind: str, path: str | None, task, n: int, generated: str) -> Benchmark:
-    """Test problems from a demo run's test.jsonl ({id, question, answer} per line), else ``n`` generated ones."""
+def _load(kind: str, path: str | None, task: ModuleType, count: int, generated: str) -> Benchmark:
+    """Test problems from a demo run's test.jsonl ({id, question, answer} per line), else ``count`` generated ones."""
     if path is None:
         rows = [{"id": f"{kind}/{i}", "question": task.format_prompt(p), "answer": p.answer}
-                for i, p in enumerate(task.make_split(n, 0, "test"))]
+                for i, p in enumerate(task.make_split(count, 0, "test"))]
         source = generated
         digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
     else:

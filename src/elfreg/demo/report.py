@@ -21,20 +21,39 @@ def _fmt(c: dict | None) -> str:
     return "—" if c is None else f"{100 * c['mean']:.1f} ± {100 * c['std']:.1f}"
 
 
+def _paired_se(a: dict, b: dict) -> float | None:
+    """Standard error of b's mean minus a's, paired over the test problems; None without per-problem results.
+
+    Each problem's difference is that of its correctness averaged over the seeds, so the spread over seeds and the
+    luck of which problems were drawn both enter, and the shared problems cancel out of the comparison.
+    """
+    ca, cb = a.get("correct"), b.get("correct")
+    if not ca or not cb or len({len(r) for r in ca + cb}) != 1 or len(ca[0]) < 2:
+        return None
+    n = len(ca[0])
+    d = [sum(r[i] for r in cb) / len(cb) - sum(r[i] for r in ca) / len(ca) for i in range(n)]
+    mean = sum(d) / n
+    return math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n)
+
+
 def _compare(a: dict | None, b: dict | None, sign: int = 1, n_problems: int | None = None) -> tuple[str, str]:
     """Outcome of "b is above a" (sign=1) or "below a" (sign=-1) and its evidence.
 
-    "held" or "did not hold" only when the difference of the means exceeds twice its standard error: the spread
-    over seeds of both cells (std / sqrt(seeds)) plus, given ``n_problems``, the binomial error of a test set that
-    small. Anything closer, ties included, is "inconclusive": at the demo's size most differences are.
+    "held" or "did not hold" only when the difference of the means exceeds twice its standard error. With
+    per-problem results (``correct``) the error is paired over the problems (``_paired_se``); without them it is
+    the spread over seeds of both cells (std / sqrt(seeds)) plus, given ``n_problems``, the binomial error of a
+    test set that small. Anything closer, ties included, is "inconclusive": at the demo's size most differences are.
     """
     if a is None or b is None:
         return "not measured", "not measured"
     diff = b["mean"] - a["mean"]
-    var = sum(c["std"] ** 2 / max(len(c.get("acc", ())), 1) for c in (a, b))
-    if n_problems:
-        var += sum(c["mean"] * (1 - c["mean"]) for c in (a, b)) / n_problems
-    margin = 2 * math.sqrt(var)
+    se = _paired_se(a, b)
+    if se is None:
+        var = sum(c["std"] ** 2 / max(len(c.get("acc", ())), 1) for c in (a, b))
+        if n_problems:
+            var += sum(c["mean"] * (1 - c["mean"]) for c in (a, b)) / n_problems
+        se = math.sqrt(var)
+    margin = 2 * se
     if abs(diff) <= max(margin, 1e-9):
         outcome = "inconclusive"
     else:
@@ -104,8 +123,9 @@ def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
             row = [next((f"{100 * pt['acc']:.1f}" for pt in c if pt["step"] == st), "–") for c in curves.values()]
             lines.append(f"| {st} | " + " | ".join(row) + " |")
     lines += ["", "## The paper's claims at this scale", "",
-              ("A claim held or did not hold only where the difference exceeds twice its standard error (the spread "
-               "over seeds plus the binomial error of the test set); otherwise it is inconclusive at this size."), "",
+              ("A claim held or did not hold only where the difference exceeds twice its standard error, paired over "
+               "the test problems (each problem's correctness averaged over the seeds, so seed spread and the draw "
+               "of problems both count); otherwise it is inconclusive at this size."), "",
               "| claim | outcome | evidence |", "|---|---|---|"]
     lines += [f"| {c} | **{o}** | {e} |" for c, o, e in claims(results, cfg)]
     ph = results["phases_seconds"]

@@ -104,11 +104,16 @@ def sample_texts(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: Sam
     return texts, exits
 
 
+def per_problem(texts: list[str], problems: list, task: ModuleType) -> tuple[list[int], list[int]]:
+    """(exact final answer, whole worked solution right) as 0/1 per problem of ``texts`` against their problems."""
+    return ([int(task.score(s, p)) for s, p in zip(texts, problems, strict=True)],
+            [int(task.chain_correct(s, p)) for s, p in zip(texts, problems, strict=True)])
+
+
 def accuracy(texts: list[str], problems: list, task: ModuleType) -> tuple[float, float]:
     """(exact final answer, whole worked solution right) fractions of ``texts`` against their problems."""
-    n = len(problems)
-    return (sum(task.score(s, p) for s, p in zip(texts, problems)) / n,
-            sum(task.chain_correct(s, p) for s, p in zip(texts, problems)) / n)
+    right, chain_right = per_problem(texts, problems, task)
+    return sum(right) / len(problems), sum(chain_right) / len(problems)
 
 
 def sampler_config(model: ElfModel, cfg: DemoConfig, sampler_name: str, nfe: int, seed: int) -> SamplerConfig:
@@ -127,15 +132,17 @@ def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig,
     out: dict = {"encoder_seconds": encoder_s, "cells": []}
     for sampler_name in ev.samplers:
         for nfe in ev.nfes:
-            cell = {"sampler": sampler_name, "nfe": nfe, "acc": [], "chain_acc": [], "exit_time": [], "seconds": []}
+            cell = {"sampler": sampler_name, "nfe": nfe, "acc": [], "chain_acc": [], "correct": [], "exit_time": [],
+                    "seconds": []}
             for seed in ev.seeds:
                 t1 = time.perf_counter()
                 texts, exits = sample_texts(model, x, mask, sampler_config(model, cfg, sampler_name, nfe, seed),
                                             ev.batch_size)
                 cell["seconds"].append(time.perf_counter() - t1)
-                acc, chain_acc = accuracy(texts, problems, task_module(cfg))
-                cell["acc"].append(acc)
-                cell["chain_acc"].append(chain_acc)
+                right, chain_right = per_problem(texts, problems, task_module(cfg))
+                cell["acc"].append(sum(right) / len(problems))
+                cell["chain_acc"].append(sum(chain_right) / len(problems))
+                cell["correct"].append(right)  # per problem, for the paired comparisons of the report
                 cell["exit_time"].append(statistics.fmean(exits))
                 if seed == ev.seeds[0]:
                     cell["examples"] = [{"prompt": r["prompt"], "response": s, "answer": r["answer"]}
