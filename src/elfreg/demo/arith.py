@@ -26,13 +26,12 @@ and test by a hash of the prompt text, so no prompt can appear in both.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import random
 from dataclasses import dataclass
 from functools import lru_cache
 
-from elfreg.data.templates import extract_final_answer
+from elfreg.demo.answers import hash_split, score, worked_body
 
 SPLITS = ("train", "test")
 OPS = ("+", "-")
@@ -92,26 +91,14 @@ def reference_response(problem: ArithProblem) -> str:
     return f"{worked_steps(problem)}\n#### {problem.answer}"
 
 
-def extract_answer(text: str) -> str | None:
-    """The final answer of a response (GSM8K-style '#### X' line), or None."""
-    return extract_final_answer(text)
-
-
-def score(text: str, problem: ArithProblem) -> bool:
-    """Exact match of the extracted final answer with the problem's result."""
-    return extract_answer(text) == problem.answer
-
-
 def chain_correct(text: str, problem: ArithProblem) -> bool:
-    """Stricter than ``score``: every shown step (the text before the final line) is exactly the right one."""
-    body = text.split("\n####", 1)[0].strip()
-    return score(text, problem) and body == worked_steps(problem)
+    """Stricter than ``score``: the shown solution (the text before the final line) is exactly the right one."""
+    return score(text, problem) and worked_body(text) == worked_steps(problem)
 
 
 def split_of(problem: ArithProblem, cfg: ArithTaskConfig = ArithTaskConfig()) -> str:
     """'test' iff the sha256 of the prompt text falls in bucket 0 of cfg.test_buckets, else 'train'."""
-    digest = hashlib.sha256(format_prompt(problem).encode("utf-8")).digest()
-    return "test" if int.from_bytes(digest[:8], "big") % cfg.test_buckets == 0 else "train"
+    return hash_split(format_prompt(problem), cfg.test_buckets)
 
 
 @lru_cache(maxsize=8)

@@ -9,6 +9,7 @@ from types import ModuleType
 
 from elfreg.demo import arith
 from elfreg.demo import task as chain
+from elfreg.demo.answers import extract_answer
 from elfreg.eval.benchmark import Benchmark, Problem, sha256_file
 from elfreg.eval.prompts import gsm8k_prompt
 
@@ -46,4 +47,4 @@ def _load(kind: str, path: str | None, task: ModuleType, count: int, generated: 
     probs = [Problem(task_id=r["id"], question=r["question"], reference=f"#### {r['answer']}", answer=r["answer"])
              for r in rows]
     return Benchmark(f"demo-{kind}", "exact", probs, source, digest, gsm8k_prompt,
-                     answer_extractor=task.extract_answer)
+                     answer_extractor=extract_answer)

@@ -128,7 +128,7 @@ def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig,
     t0 = time.perf_counter()
     x, mask, _ = model.encode_prompts(prompts)
     encoder_s = time.perf_counter() - t0
-    ev = cfg.eval
+    ev, task = cfg.eval, task_module(cfg)
     out: dict = {"encoder_seconds": encoder_s, "cells": []}
     for sampler_name in ev.samplers:
         for nfe in ev.nfes:
@@ -139,7 +139,7 @@ def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig,
                 texts, exits = sample_texts(model, x, mask, sampler_config(model, cfg, sampler_name, nfe, seed),
                                             ev.batch_size)
                 cell["seconds"].append(time.perf_counter() - t1)
-                right, chain_right = per_problem(texts, problems, task_module(cfg))
+                right, chain_right = per_problem(texts, problems, task)
                 cell["acc"].append(sum(right) / len(problems))
                 cell["chain_acc"].append(sum(chain_right) / len(problems))
                 cell["correct"].append(right)  # per problem, for the paired comparisons of the report

@@ -44,11 +44,10 @@ text falls in the test bucket, so no prompt can appear in both, whatever the see
 
 from __future__ import annotations
 
-import hashlib
 import random
 from dataclasses import dataclass
 
-from elfreg.data.templates import extract_final_answer
+from elfreg.demo.answers import hash_split, score, worked_body
 
 LETTERS = "abcdefgh"
 DIGITS = "0123456789"
@@ -119,26 +118,14 @@ def reference_response(problem: ChainProblem) -> str:
     return "=".join(problem.chain()) + f"\n#### {problem.answer}"
 
 
-def extract_answer(text: str) -> str | None:
-    """The final answer of a response (GSM8K-style '#### X' line), or None."""
-    return extract_final_answer(text)
-
-
-def score(text: str, problem: ChainProblem) -> bool:
-    """Exact match of the extracted final answer with the problem's digit."""
-    return extract_answer(text) == problem.answer
-
-
 def chain_correct(text: str, problem: ChainProblem) -> bool:
-    """Stricter than ``score``: the shown lookup path (the text before the final line) is exactly the right one."""
-    body = text.split("\n####", 1)[0].strip()
-    return score(text, problem) and body == "=".join(problem.chain())
+    """Stricter than ``score``: the shown solution (the text before the final line) is exactly the right one."""
+    return score(text, problem) and worked_body(text) == "=".join(problem.chain())
 
 
 def split_of(problem: ChainProblem, cfg: ChainTaskConfig = ChainTaskConfig()) -> str:
     """'test' iff the sha256 of the prompt text falls in bucket 0 of cfg.test_buckets, else 'train'."""
-    digest = hashlib.sha256(format_prompt(problem).encode("utf-8")).digest()
-    return "test" if int.from_bytes(digest[:8], "big") % cfg.test_buckets == 0 else "train"
+    return hash_split(format_prompt(problem), cfg.test_buckets)
 
 
 def random_problem(rng: random.Random, cfg: ChainTaskConfig = ChainTaskConfig()) -> ChainProblem:

@@ -68,10 +68,10 @@ BUILTIN_TASKS: dict[str, AnswerTask] = {
 def harness_task(name: str) -> AnswerTask | None:
     """Tasks registered beside the evaluation harness: the embedded demo's tasks (one '#### X' final line)."""
     if name in ("demo-arith", "demo-chain"):
-        from elfreg.demo import arith
+        from elfreg.demo.answers import extract_answer
 
-        return AnswerTask(name, arith.extract_answer,
-                          lambda text, problem: arith.extract_answer(text) == str(problem.get("answer")))
+        return AnswerTask(name, extract_answer,
+                          lambda text, problem: extract_answer(text) == str(problem.get("answer")))
     return None
 
 
