@@ -45,3 +45,53 @@ def test_bad_completions_file_names_the_line(tmp_path, capsys):
                                  "--completions", str(comp), "--out", str(tmp_path / "o")])
     assert args.func(args) == 2
     assert "c.jsonl:2: unknown task_id 'nope'" in capsys.readouterr().err
+
+
+def _two_seed_completions(tmp_path, bench, n_problems=5):
+    comp = tmp_path / "c.jsonl"
+    with open(comp, "w") as f:
+        for s in range(2):
+            for i, p in enumerate(bench.problems[:n_problems]):
+                text = p.reference if (s == 0 or i == 0) else "The answer is 0.5"
+                f.write(json.dumps({"task_id": p.task_id, "completion": text, "sample": s}) + "\n")
+    return comp
+
+
+def test_score_reports_the_requested_ks(tmp_path):
+    bench = load_benchmark("gsm8k", data_file("gsm8k"))
+    comp = _two_seed_completions(tmp_path, bench)
+    out = tmp_path / "out"
+    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k", "--data", data_file("gsm8k"),
+                                 "--completions", str(comp), "--out", str(out), "--allow-subset", "--no-progress",
+                                 "--k", "2,1"])
+    assert args.func(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    acc = summary["metrics"]["accuracy"]
+    # problem 0: 2/2 correct, problems 1-4: 1/2 -> pass@1 = 6/10, pass@2 = 1 for all five
+    assert acc["pass@1"] == 0.6 and acc["pass@2"] == 1.0 and acc["ks"] == [1, 2]
+    assert summary["pass_at_k"] == {"ks": [1, 2], "dropped_ks": [], "ks_from": "ScoreOptions.ks"}
+    md = (out / "summary.md").read_text()
+    assert "| pass@1 (%) | std across seeds | pass@2 (%) |" in md and "| 60.00 | 40.00 | 100.00 |" in md
+
+
+def test_score_default_ks_are_the_papers_that_fit(tmp_path):
+    bench = load_benchmark("gsm8k", data_file("gsm8k"))
+    comp = _two_seed_completions(tmp_path, bench)
+    out = tmp_path / "out"
+    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k", "--data", data_file("gsm8k"),
+                                 "--completions", str(comp), "--out", str(out), "--allow-subset", "--no-progress"])
+    assert args.func(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pass_at_k"]["ks"] == [1] and summary["pass_at_k"]["dropped_ks"] == [4]
+    assert "Not reported (k > 2 samples): pass@4" in (out / "summary.md").read_text()
+
+
+def test_score_k_beyond_samples_fails_before_scoring(tmp_path, capsys):
+    bench = load_benchmark("gsm8k", data_file("gsm8k"))
+    comp = _two_seed_completions(tmp_path, bench)
+    out = tmp_path / "out"
+    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k", "--data", data_file("gsm8k"),
+                                 "--completions", str(comp), "--out", str(out), "--k", "1,4"])
+    assert args.func(args) == 2
+    assert "pass@4 needs at least 4 samples per problem, but there are 2" in capsys.readouterr().err
+    assert not out.exists()

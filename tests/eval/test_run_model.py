@@ -47,3 +47,48 @@ def test_eval_run_bad_limit(tmp_path, tiny_lm_dir, capsys):
     assert main(["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--out", str(tmp_path / "r"),
                  "--limit", "0"]) == 2
     assert "--limit" in capsys.readouterr().err
+
+
+def _gsm_file(tmp_path):
+    data = tmp_path / "gsm.jsonl"
+    rows = [{"question": "what is 2 plus 3 ?", "answer": "#### 5"}, {"question": "what is 1 plus 1 ?", "answer": "#### 2"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return data
+
+
+def test_eval_run_protocol_settings_are_applied_overridable_and_recorded(tmp_path, tiny_lm_dir):
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    out = tmp_path / "run"
+    # the paper's GSM8K protocol (early-stop, rho 8, w 3, 16 samples, pass@1 and pass@4) with NFE and samples cut
+    argv = ["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(_gsm_file(tmp_path)),
+            "--out", str(out), "--protocol", "paper", "--nfe", "3", "--samples", "4", "--no-progress",
+            "--device", "cpu"]
+    assert main(argv) == 0
+    gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
+    assert len(gens) == 2 * 4
+    assert {(g["sampler"], g["nfe"], g["rho"], g["w"]) for g in gens} == {("early-stop", 3, 8, 3.0)}
+    summary = json.loads((out / "summary.json").read_text())
+    ev = summary["evaluation"]
+    assert ev["protocol"] == "paper"
+    assert ev["origin"] == {"sampler": "protocol:paper", "nfe": "user", "rho": "protocol:paper", "samples": "user",
+                            "w": "protocol:paper", "ks": "protocol:paper"}
+    assert ev["values"]["ks"] == [1, 4] and summary["pass_at_k"]["ks"] == [1, 4]
+    acc = summary["metrics"]["accuracy"]
+    assert "pass@4" in acc and 0.0 <= acc["pass@1"] <= acc["pass@4"] <= 1.0
+    md = (out / "summary.md").read_text()
+    assert "pass@4 (%)" in md and "Protocol: paper" in md and "nfe=3 (user)" in md
+
+
+def test_eval_run_bad_protocol_or_k_fails_before_any_work(tmp_path, tiny_lm_dir, capsys):
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    base = ["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(_gsm_file(tmp_path)),
+            "--device", "cpu", "--no-progress"]
+    cases = [(["--protocol", "papr"], "unknown protocol 'papr'"),
+             (["--samples", "2", "--k", "1,4"], "pass@4 needs at least 4 samples"),
+             (["--protocol", "paper", "--samples", "8", "--k", "10"], "pass@10 needs at least 10 samples"),
+             (["--k", "0"], "--k")]
+    for i, (extra, msg) in enumerate(cases):
+        out = tmp_path / f"r{i}"
+        assert main(base + ["--out", str(out)] + extra) == 2
+        assert msg in capsys.readouterr().err
+        assert not out.exists()  # nothing written, nothing generated

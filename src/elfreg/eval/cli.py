@@ -9,6 +9,7 @@ import sys
 from .codecheck import TimeRule
 from .completions import CompletionsError, read_completions
 from .datasets import default_registry
+from .protocol import parse_ks, validate_ks
 from .report import markdown_table, write_reports
 from .sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig
 from .scoring import ScoreOptions, score_completions
@@ -36,6 +37,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     sc.add_argument("--sample-cap", type=float, default=60.0, help="seconds per sample and test set, at most")
     sc.add_argument("--cache-dir", default=None, help="expected-output cache (default ~/.cache/elfreg/eval)")
     sc.add_argument("--allow-subset", action="store_true", help="score only problems present in the file")
+    sc.add_argument("--k", default=None,
+                    help="pass@k to report, e.g. 1,4,10 (each <= samples per problem; default: the paper's ks that fit)")
     sc.add_argument("--no-progress", action="store_true")
     sc.set_defaults(func=run_score)
     register_run(sub)
@@ -50,12 +53,15 @@ def run_score(args: argparse.Namespace) -> int:
     try:
         bench = default_registry().load(args.benchmark, args.data)
         comps = read_completions(args.completions, set(bench.by_id))
+        ks = parse_ks(args.k) if args.k is not None else None
+        if ks is not None:  # missing samples count as wrong, so n = the distinct sample indices
+            validate_ks(ks, len({c.sample for c in comps}))
     except (CompletionsError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     opts = ScoreOptions(workers=args.workers, cache_dir=args.cache_dir, allow_subset=args.allow_subset,
                         time_rule=TimeRule(args.min_time, args.time_factor, args.sample_cap),
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, ks=ks)
     sandbox = None
     if bench.kind == "code":
         sandbox = Sandbox(SandboxConfig(memory_bytes=int(args.memory_gb * (1 << 30)), isolation=args.isolation))

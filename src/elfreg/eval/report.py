@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .benchmark import Benchmark
 from .metrics import summarize
+from .protocol import default_ks, validate_ks
 
 
 def _versions() -> dict:
@@ -36,6 +37,11 @@ def _table(bench: Benchmark, rows: list[dict], key) -> dict[str, dict[int, bool]
 def build_summary(bench: Benchmark, rows: list[dict], opts, isolation: str | None) -> dict:
     """Metrics per test set and alias mode, plus settings; missing problems count as wrong unless allow_subset."""
     samples = sorted({r["sample"] for r in rows})
+    if opts.ks is None:
+        ks, dropped = default_ks(bench.name, len(samples))
+    else:
+        validate_ks(opts.ks, len(samples))
+        ks, dropped = tuple(opts.ks), ()
     present = {r["task_id"] for r in rows}
     missing = [p.task_id for p in bench.problems if p.task_id not in present]
 
@@ -51,18 +57,21 @@ def build_summary(bench: Benchmark, rows: list[dict], opts, isolation: str | Non
     metrics: dict = {}
     if bench.kind == "code":
         for mode in ("noalias", "alias"):
-            metrics[mode] = {"base": summarize(complete(_table(bench, rows, lambda r: r[mode].get("base") == "pass")))}
+            metrics[mode] = {"base": summarize(complete(_table(bench, rows, lambda r: r[mode].get("base") == "pass")),
+                                               ks)}
             if "plus" in bench.code_tests:
                 metrics[mode]["plus"] = summarize(complete(_table(
-                    bench, rows, lambda r: r[mode].get("base") == "pass" and r[mode].get("plus") == "pass")))
+                    bench, rows, lambda r: r[mode].get("base") == "pass" and r[mode].get("plus") == "pass")), ks)
         metrics["aliased_samples"] = sum(bool(r.get("aliased")) for r in rows)
     else:
-        metrics["accuracy"] = summarize(complete(_table(bench, rows, lambda r: bool(r["correct"]))))
+        metrics["accuracy"] = summarize(complete(_table(bench, rows, lambda r: bool(r["correct"]))), ks)
     opts_d = asdict(opts)
     return {
         "benchmark": bench.name, "kind": bench.kind, "data_file": bench.source, "data_sha256": bench.source_sha256,
         "problems_in_benchmark": len(bench.problems), "problems_scored": len(present),
         "problems_missing": len(missing), "samples": samples, "metrics": metrics,
+        "pass_at_k": {"ks": list(ks), "dropped_ks": list(dropped),
+                      "ks_from": "ScoreOptions.ks" if opts.ks is not None else "default (the paper's ks)"},
         "settings": {**opts_d, "isolation": isolation, "prompt_format": f"elfreg.eval.prompts ({bench.name})",
                      "sanitizer": "evalplus.sanitize.sanitize" if bench.kind == "code" else None},
         "versions": _versions(), "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -70,25 +79,28 @@ def build_summary(bench: Benchmark, rows: list[dict], opts, isolation: str | Non
 
 
 def markdown_table(summary: dict) -> str:
-    """A markdown table of the headline numbers followed by the settings."""
-    lines = ["| benchmark | tests | alias | pass@1 (%) | std across seeds | pass@k (%) | problems | samples |",
-             "|---|---|---|---|---|---|---|---|"]
-
-    def row(tests: str, alias: str, m: dict) -> None:
-        ks = ", ".join(f"@{k.split('@')[1]}={100 * v:.2f}" for k, v in m.items()
-                       if k.startswith("pass@") and k != "pass@1" and not k.startswith("pass@1_"))
-        lines.append(f"| {summary['benchmark']} | {tests} | {alias} | {100 * m['pass@1']:.2f} | "
-                     f"{100 * m['pass@1_std_across_seeds']:.2f} | {ks or '-'} | {m['problems']} | "
-                     f"{m['samples_per_problem']} |")
-
+    """A markdown table of the headline numbers (one column per reported pass@k) followed by the settings."""
     met = summary["metrics"]
-    if "accuracy" in met:
-        row("answer", "-", met["accuracy"])
-    else:
-        for mode in ("noalias", "alias"):
-            for tests, m in met[mode].items():
-                row(tests, "on" if mode == "alias" else "off", m)
+    blocks = [("answer", "-", met["accuracy"])] if "accuracy" in met else [
+        (tests, "on" if mode == "alias" else "off", m) for mode in ("noalias", "alias") for tests, m in met[mode].items()]
+    ks = [k for k in blocks[0][2].get("ks", []) if k != 1]
+    lines = ["| benchmark | tests | alias | pass@1 (%) | std across seeds | "
+             + "".join(f"pass@{k} (%) | " for k in ks) + "problems | samples |",
+             "|---|---|---|---|---|" + "---|" * len(ks) + "---|---|"]
+    for tests, alias, m in blocks:
+        lines.append(f"| {summary['benchmark']} | {tests} | {alias} | {100 * m['pass@1']:.2f} | "
+                     f"{100 * m['pass@1_std_across_seeds']:.2f} | "
+                     + "".join(f"{100 * m[f'pass@{k}']:.2f} | " for k in ks)
+                     + f"{m['problems']} | {m['samples_per_problem']} |")
     lines.append("")
+    pk = summary.get("pass_at_k", {})
+    if pk.get("dropped_ks"):
+        lines.append(f"Not reported (k > {blocks[0][2]['samples_per_problem']} samples): "
+                     + ", ".join(f"pass@{k}" for k in pk["dropped_ks"]))
+    ev = summary.get("evaluation")
+    if ev:
+        lines.append(f"Protocol: {ev['protocol']}; " + ", ".join(
+            f"{k}={v} ({ev['origin'][k]})" for k, v in ev["values"].items() if k in ev["origin"]))
     lines.append("Settings: " + ", ".join(f"{k}={v}" for k, v in summary["settings"].items()))
     lines.append(f"Data: {summary['data_file']} (sha256 {summary['data_sha256']}); "
                  f"missing problems: {summary['problems_missing']}; versions: {summary['versions']}")

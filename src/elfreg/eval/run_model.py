@@ -12,10 +12,12 @@ import json
 from pathlib import Path
 
 from elfreg.atomic import atomic_write_text
+from elfreg.sampling.config import w_for_task
 
 from .codecheck import TimeRule
 from .datasets import default_registry
 from .completions import Completion
+from .protocol import parse_ks, protocol_names, resolve_settings
 from .report import markdown_table, write_reports
 from .sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig
 from .scoring import ScoreOptions, score_completions
@@ -36,8 +38,14 @@ def register_run(sub) -> None:
     p.add_argument("--limit", type=int, default=None, help="only the first N problems (reported as a subset)")
     p.add_argument("--workers", type=int, default=2, help="scoring workers")
     p.add_argument("--isolation", default="auto", choices=list(ISOLATION_CHOICES))
+    p.add_argument("--protocol", default="none",
+                   help=f"one of {', '.join(protocol_names())}: per-benchmark sampler, NFE, rho, w, samples and "
+                        "pass@k (docs/evaluation.md); any flag given on the command line overrides it")
+    p.add_argument("--k", default=None,
+                   help="pass@k to report, e.g. 1,4,10 (each <= --samples; default: the paper's ks that fit)")
     add_sampler_arguments(p)
-    p.set_defaults(func=cmd_eval_run)
+    # None = "not given", so a protocol can fill it and the report can say where each value came from.
+    p.set_defaults(func=cmd_eval_run, sampler=None, nfe=None, rho=None, samples=None)
 
 
 def write_prompts(bench, problems, path: Path) -> None:
@@ -72,14 +80,24 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit: need >= 1, got {args.limit}")
-    bench = default_registry().load(args.benchmark, args.data)
+    registry = default_registry()
+    if args.benchmark not in registry.names():
+        raise ValueError(f"--benchmark: unknown benchmark {args.benchmark!r}; one of {', '.join(registry.names())}")
+    resolved = resolve_settings(args.protocol, args.benchmark,
+                                {k: getattr(args, k, None) for k in ("sampler", "nfe", "rho", "samples", "w", "task")}
+                                | {"ks": parse_ks(args.k) if args.k is not None else None})
+    bench = registry.load(args.benchmark, args.data)
+    if resolved.origin["w"] == "default (benchmark kind)":
+        resolved.values["task"] = W_TASK[bench.kind]
+    if resolved.values["w"] is None:  # recorded as the number used, whichever preset named it
+        resolved.values["w"] = w_for_task(resolved.values["task"])
     problems = bench.problems[: args.limit] if args.limit else bench.problems
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prompts_path, gens_path = out / "prompts.jsonl", out / "generations.jsonl"
     write_prompts(bench, problems, prompts_path)
-    if args.w is None and args.task is None:
-        args.task = W_TASK[bench.kind]
+    for key in ("sampler", "nfe", "rho", "samples", "w", "task"):
+        setattr(args, key, resolved.values[key])
     gen_args = argparse.Namespace(**vars(args), prompts=str(prompts_path), prompt_field="prompt")
     gen_args.out = str(gens_path)
     code = cmd_generate(gen_args)
@@ -87,7 +105,7 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
         return code
     comps = completions_from_generations(gens_path)
     opts = ScoreOptions(workers=args.workers, allow_subset=args.limit is not None, time_rule=TimeRule(),
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, ks=resolved.values["ks"])
     sandbox = Sandbox(SandboxConfig(isolation=args.isolation)) if bench.kind == "code" else None
     try:
         summary = score_completions(bench, comps, out / "results.jsonl", opts, sandbox)
@@ -95,7 +113,8 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
         if sandbox is not None:
             sandbox.close()
     summary.update(model=str(args.model), generation=generation_settings(gens_path),
-                   samples_per_problem=args.samples, problems=len(problems))
+                   samples_per_problem=args.samples, problems=len(problems), evaluation=resolved.as_dict())
+    summary["pass_at_k"].update(dropped_ks=list(resolved.ks_dropped), ks_from=resolved.origin["ks"])
     write_reports(summary, out)
     print(markdown_table(summary))
     return 0

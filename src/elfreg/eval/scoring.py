@@ -29,10 +29,15 @@ class ScoreOptions:
     allow_subset: bool = False
     math_timeout_s: int = 5
     progress: bool = True
+    ks: tuple[int, ...] | None = None  # reported pass@k; None = the paper's ks that fit the samples (protocol.py)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"ScoreOptions.workers must be >= 1, got {self.workers}")
+        if self.ks is not None:
+            from .protocol import validate_ks
+
+            validate_ks(self.ks, None, "ScoreOptions.ks")
 
 
 class ResultsFile:
