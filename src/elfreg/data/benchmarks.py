@@ -19,6 +19,7 @@ class BenchItem:
     id: str
     prompt: str
     solution: str = ""
+    entry_point: str = ""  # code: the function the solution defines when `solution` also holds given code
 
 
 def _read_jsonl(path: str) -> Iterator[dict[str, Any]]:
@@ -53,7 +54,8 @@ def load_code_benchmarks(data_dir: str) -> list[BenchItem]:
     HumanEval+ shares HumanEval's problems, so it is not listed twice. MBPP+ is included because
     154 of its problems lie outside the MBPP test split.
     """
-    items = [BenchItem("humaneval", r["task_id"], r["prompt"], r["prompt"] + r["canonical_solution"])
+    items = [BenchItem("humaneval", r["task_id"], r["prompt"], r["prompt"] + r["canonical_solution"],
+                       r["entry_point"])
              for r in _read_jsonl(_need(os.path.join(data_dir, "humaneval", "HumanEval.jsonl.gz")))]
     items += [BenchItem("mbpp", f"mbpp/{r['task_id']}", r["text"], r["code"])
               for r in _read_jsonl(_need(os.path.join(data_dir, "mbpp", "mbpp.jsonl")))

@@ -1,22 +1,23 @@
 """Code decontamination (spec §7): normalised-prompt match, word 8-gram Jaccard, exact solution AST match.
 
-AST rule: the code of a training response (```python blocks, else the whole text) is parsed,
-docstrings are removed, and `ast.dump` (no line numbers) is hashed for the whole module and for
-every function; any hash equal to one of a benchmark reference solution is a match. Formatting,
-comments, quoting style and redundant parentheses therefore do not hide a copy; renamed
-identifiers do (exact match, as in the paper).
+AST rule (normalisation in `elfreg.data.code_ast`): the benchmark's canonical solution body (HumanEval: the
+entry point's body; MBPP/MBPP+: every top-level function of the reference code) is compared with the body of
+every function in a training response's code, after removing docstrings, type annotations and the function's
+own name. So a copy survives none of: formatting, comments, quoting, parentheses, another function name,
+dropped type hints or docstring, surrounding imports/helpers/other functions. Parameter and local names,
+constants and statement order must match exactly (an exact AST match, as in the paper). Bodies smaller than
+`ast_min_nodes` AST nodes (`return len(string)`, `return x + y`) match only together with the function's
+name: such one-liners are written independently all the time.
 """
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import re
-import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
 from elfreg.data.benchmarks import BenchItem
+from elfreg.data.code_ast import Fingerprint, fingerprints
 from elfreg.data.decontam_math import Match
 from elfreg.data.ngrams import NgramIndex, ngram_set, normalize, words
 
@@ -31,8 +32,11 @@ class CodeDecontamConfig:
     jaccard_threshold: float = 0.5
     containment_threshold: float | None = 0.8  # share of a benchmark prompt's grams inside the row; None = off
     use_ast: bool = True
+    ast_min_nodes: int = 8  # smaller bodies match only with the same function name (docs/data.md)
 
     def __post_init__(self) -> None:
+        if isinstance(self.ast_min_nodes, bool) or not isinstance(self.ast_min_nodes, int) or self.ast_min_nodes < 0:
+            raise ValueError(f"CodeDecontamConfig.ast_min_nodes must be an integer >= 0, got {self.ast_min_nodes!r}")
         if self.ngram < 1:
             raise ValueError(f"CodeDecontamConfig.ngram must be >= 1, got {self.ngram}")
         if not 0.0 < self.jaccard_threshold <= 1.0:
@@ -42,40 +46,32 @@ class CodeDecontamConfig:
                 f"CodeDecontamConfig.containment_threshold must be in (0, 1] or None, got {self.containment_threshold}")
 
 
+def code_blocks(text: str) -> list[str]:
+    """The ```python fenced blocks of a response, else the whole text as one block."""
+    return _FENCE.findall(text) or [text]
+
+
 def extract_code(text: str) -> str:
     """Python code of a response: the ```python fenced blocks joined, else the text itself."""
-    blocks = _FENCE.findall(text)
-    return "\n".join(blocks) if blocks else text
+    return "\n".join(code_blocks(text))
 
 
-class _StripDocstrings(ast.NodeTransformer):
-    def _strip(self, node: ast.AST) -> ast.AST:
-        self.generic_visit(node)
-        body = getattr(node, "body", None)
-        if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
-        return node
+def response_fingerprints(response: str) -> list[Fingerprint]:
+    """Fingerprints of every function (methods included) in a training response's code.
 
-    visit_Module = visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _strip
+    The fenced blocks are parsed together (a later block may use an earlier one's imports); when that fails
+    (one block is a shell session or has `>>>` prompts) each block that parses on its own is used.
+    """
+    blocks = code_blocks(response)
+    fps = fingerprints("\n".join(blocks))
+    if fps or len(blocks) == 1:
+        return fps
+    return [fp for block in blocks for fp in fingerprints(block)]
 
 
-def ast_hashes(code: str) -> set[bytes]:
-    """Digests of the docstring-free AST dump of the module and of each function in it; empty if unparsable."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escapes in benchmark strings are not our concern
-            tree = ast.parse(code.replace("\r\n", "\n"))
-    except (SyntaxError, ValueError, RecursionError):
-        return set()
-    tree = _StripDocstrings().visit(tree)
-    out = set()
-    nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    for node in nodes:
-        if isinstance(node, ast.Module) and not node.body:
-            continue
-        out.add(hashlib.blake2b(ast.dump(node).encode(), digest_size=12).digest())
-    return out
+def solution_fingerprints(item: BenchItem) -> list[Fingerprint]:
+    """Fingerprints of a benchmark item's reference solution (class bodies skipped: boilerplate, not solution)."""
+    return fingerprints(item.solution, only=item.entry_point or None, methods=False)
 
 
 class CodeMatcher:
@@ -84,14 +80,14 @@ class CodeMatcher:
     def __init__(self, items: Sequence[BenchItem], cfg: CodeDecontamConfig = CodeDecontamConfig()) -> None:
         self.cfg, self.items = cfg, list(items)
         self._prompt: dict[str, int] = {}
-        self._ast: dict[bytes, int] = {}
+        self._ast: dict[bytes, int] = {}  # Fingerprint.match_key -> item
         self._index = NgramIndex()
         for i, item in enumerate(self.items):
             self._prompt.setdefault(normalize(item.prompt), i)
             self._index.add(ngram_set(words(item.prompt), cfg.ngram))
             if cfg.use_ast and item.solution:
-                for h in ast_hashes(item.solution):
-                    self._ast.setdefault(h, i)
+                for fp in solution_fingerprints(item):
+                    self._ast.setdefault(fp.match_key(cfg.ast_min_nodes), i)
 
     def _match(self, reason: str, i: int, score: float = 1.0) -> Match:
         return Match(reason, self.items[i].benchmark, self.items[i].id, score)
@@ -110,7 +106,8 @@ class CodeMatcher:
             if most is not None and most.containment >= self.cfg.containment_threshold:
                 return self._match("ngram_containment", most.doc, most.containment)
         if self.cfg.use_ast and response:
-            for h in sorted(ast_hashes(extract_code(response))):
-                if h in self._ast:
-                    return self._match("ast", self._ast[h])
+            for fp in response_fingerprints(response):
+                i = self._ast.get(fp.match_key(self.cfg.ast_min_nodes))
+                if i is not None:
+                    return self._match("ast", i)
         return None
