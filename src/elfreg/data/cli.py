@@ -63,7 +63,8 @@ def cmd_decontaminate(args: argparse.Namespace) -> int:
         kept = decontaminate_math(lambda: _rows(specs, stats), matcher, report)
     else:
         cmatcher = CodeMatcher(load_code_benchmarks(benchmarks),
-                               CodeDecontamConfig(ngram=args.ngram, jaccard_threshold=args.jaccard))
+                               CodeDecontamConfig(ngram=args.ngram, jaccard_threshold=args.jaccard,
+                                                  ast_min_nodes=args.ast_min_nodes))
         kept = decontaminate_code(_rows(specs, stats), cmatcher, report)
     write_jsonl_atomic(args.output, kept)
     out = report.as_dict()
@@ -142,6 +143,10 @@ def register(subparsers: Any) -> None:
                           "../shared/data)")
     dec.add_argument("--ngram", type=int, default=8)
     dec.add_argument("--jaccard", type=float, default=0.5)
+    from elfreg.data.decontam_code import CodeDecontamConfig  # light: no torch
+
+    dec.add_argument("--ast-min-nodes", type=int, default=CodeDecontamConfig.ast_min_nodes,
+                     help="code: solution bodies with fewer AST nodes match only under the same function name")
     dec.set_defaults(func=cmd_decontaminate)
 
     cs = sub.add_parser("canvas-stats", help="how many rows fit the canvas; token length statistics")
