@@ -224,7 +224,8 @@ def test_genuinely_different_solution_is_kept(code_matcher, prompt, response):
 
 def test_short_bodies_match_only_under_the_same_name(code_matcher):
     prompt = "Return the length of a string."  # HumanEval/23's body is `return len(string)` (6 AST nodes)
-    assert code_matcher.match(prompt, "def strlen(string: str) -> int:\n    return len(string)\n").item_id == "HumanEval/23"
+    exact = "def strlen(string: str) -> int:\n    return len(string)\n"
+    assert code_matcher.match(prompt, exact).item_id == "HumanEval/23"
     assert code_matcher.match(prompt, "def length(string):\n    return len(string)\n") is None
     loose = CodeMatcher(code_matcher.items, CodeDecontamConfig(ast_min_nodes=0))
     assert loose.match(prompt, "def length(string):\n    return len(string)\n").item_id == "HumanEval/23"

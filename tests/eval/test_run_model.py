@@ -51,7 +51,8 @@ def test_eval_run_bad_limit(tmp_path, tiny_lm_dir, capsys):
 
 def _gsm_file(tmp_path):
     data = tmp_path / "gsm.jsonl"
-    rows = [{"question": "what is 2 plus 3 ?", "answer": "#### 5"}, {"question": "what is 1 plus 1 ?", "answer": "#### 2"}]
+    rows = [{"question": "what is 2 plus 3 ?", "answer": "#### 5"},
+            {"question": "what is 1 plus 1 ?", "answer": "#### 2"}]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return data
 

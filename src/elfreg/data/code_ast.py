@@ -9,7 +9,8 @@ Everything else must match exactly: parameter and local names, constants, statem
 A *fingerprint* is the digest of one function **body** (its statements, not its signature), so the
 benchmark's canonical body matches a training function that has the same body under any name, with or
 without hints and docstring, also when that function sits among helpers, imports or other functions.
-Code without any function is fingerprinted as a whole module.
+Code without any function is fingerprinted as a whole module. Each fingerprint also carries a digest of
+body + name, the key for bodies too small to identify a solution alone (`CodeDecontamConfig.ast_min_nodes`).
 """
 
 from __future__ import annotations

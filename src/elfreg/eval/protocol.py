@@ -141,9 +141,10 @@ class ResolvedSettings:
 def resolve_settings(protocol: str, benchmark: str, user: dict[str, Any]) -> ResolvedSettings:
     """Merge ``user`` flags (None = not given) with ``protocol``'s entry for ``benchmark`` and the defaults.
 
-    ``user`` keys: sampler, nfe, rho, samples, w, task (a w preset name), ks. When nothing sets w, origin["w"] is
-    "default (benchmark kind)" and values["task"] is None: the caller fills in the kind's preset. Raises ValueError before any work on an unknown
-    protocol, a benchmark the protocol does not cover, or a user-given k larger than the samples.
+    ``user`` keys: sampler, nfe, rho, samples, w, task (a w preset name), ks. When nothing sets w, origin["w"]
+    is "default (benchmark kind)" and values["w"] and values["task"] are None: the caller fills in the kind's
+    preset. Raises ValueError before any work on an unknown protocol, a benchmark the protocol does not cover,
+    or a user-given k larger than the samples.
     """
     entry = protocol_entry(protocol, benchmark)
     tag = f"protocol:{protocol}"

@@ -82,7 +82,8 @@ def markdown_table(summary: dict) -> str:
     """A markdown table of the headline numbers (one column per reported pass@k) followed by the settings."""
     met = summary["metrics"]
     blocks = [("answer", "-", met["accuracy"])] if "accuracy" in met else [
-        (tests, "on" if mode == "alias" else "off", m) for mode in ("noalias", "alias") for tests, m in met[mode].items()]
+        (tests, "on" if mode == "alias" else "off", m)
+        for mode in ("noalias", "alias") for tests, m in met[mode].items()]
     ks = [k for k in blocks[0][2].get("ks", []) if k != 1]
     lines = ["| benchmark | tests | alias | pass@1 (%) | std across seeds | "
              + "".join(f"pass@{k} (%) | " for k in ks) + "problems | samples |",

@@ -8,6 +8,7 @@ samples already generated are not generated again, problems already scored are n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -87,10 +88,9 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
                                 {k: getattr(args, k, None) for k in ("sampler", "nfe", "rho", "samples", "w", "task")}
                                 | {"ks": parse_ks(args.k) if args.k is not None else None})
     bench = registry.load(args.benchmark, args.data)
-    if resolved.origin["w"] == "default (benchmark kind)":
-        resolved.values["task"] = W_TASK[bench.kind]
-    if resolved.values["w"] is None:  # recorded as the number used, whichever preset named it
-        resolved.values["w"] = w_for_task(resolved.values["task"])
+    if resolved.values["w"] is None:  # a w preset by name (--task, else the benchmark kind's): record the number
+        task = resolved.values["task"] or W_TASK[bench.kind]
+        resolved = dataclasses.replace(resolved, values={**resolved.values, "task": task, "w": w_for_task(task)})
     problems = bench.problems[: args.limit] if args.limit else bench.problems
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

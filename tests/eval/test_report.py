@@ -1,0 +1,24 @@
+"""summary.md: one column per reported pass@k, the dropped ks and the protocol line."""
+
+from elfreg.eval.metrics import summarize
+from elfreg.eval.report import markdown_table
+
+
+def test_code_table_has_one_column_per_k_for_every_mode_and_test_set():
+    # 2 problems x 16 samples: a passes 4 base / 2 plus, b passes nothing
+    base = summarize({"a": {s: s < 4 for s in range(16)}, "b": {s: False for s in range(16)}}, ks=(1, 10, 16))
+    plus = summarize({"a": {s: s < 2 for s in range(16)}, "b": {s: False for s in range(16)}}, ks=(1, 10, 16))
+    summary = {"benchmark": "humaneval_plus", "metrics": {"noalias": {"base": base, "plus": plus},
+                                                          "alias": {"base": base, "plus": plus}},
+               "pass_at_k": {"ks": [1, 10, 16], "dropped_ks": [], "ks_from": "protocol:paper"},
+               "evaluation": {"protocol": "paper", "values": {"nfe": 16, "samples": 16},
+                              "origin": {"nfe": "user", "samples": "protocol:paper"}},
+               "settings": {}, "data_file": "f", "data_sha256": "x", "problems_missing": 0, "versions": {}}
+    md = markdown_table(summary)
+    assert "| pass@1 (%) | std across seeds | pass@10 (%) | pass@16 (%) | problems | samples |" in md
+    # base: pass@10 of a = 1 - C(12,10)/C(16,10) = 1 - 66/8008; pass@16 = 1; mean with b's 0
+    p10 = 100 * (1 - 66 / 8008) / 2
+    std = 100 * (4 / 16 * 0.25 - 0.125 ** 2) ** 0.5  # per-seed pass@1: 0.5 on seeds 0-3, 0 on the other 12
+    assert f"| humaneval_plus | base | off | 12.50 | {std:.2f} | {p10:.2f} | 50.00 | 2 | 16 |" in md
+    assert md.count("| humaneval_plus |") == 4
+    assert "Protocol: paper; nfe=16 (user), samples=16 (protocol:paper)" in md
