@@ -62,7 +62,8 @@ class GenerationPipeline:
     """Model + frozen encoder + tokenizer + sampler settings -> response records (spec §5)."""
 
     def __init__(self, network: StudentLike, encoder: PromptEncoder, tokenizer: Any, cfg: SamplerConfig,
-                 batch_size: int = 16, max_prompt_len: int | None = None) -> None:
+                 batch_size: int = 16, max_prompt_len: int | None = None,
+                 record_extra: dict[str, Any] | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size: need >= 1, got {batch_size}")
         if tokenizer.eos_token_id is None:
@@ -73,6 +74,7 @@ class GenerationPipeline:
         self.cfg = cfg
         self.batch_size = batch_size
         self.max_prompt_len = max_prompt_len
+        self.record_extra = dict(record_extra or {})  # recorded beside the sampler settings (e.g. the prompt template)
         self.canvas_len = int(network.config.max_len)
         self.device = next((p.device for p in getattr(network, "parameters", lambda: iter(()))()),
                            torch.device("cpu"))
@@ -110,7 +112,7 @@ class GenerationPipeline:
         for i, (p, s) in enumerate(keys):
             records.append({
                 "prompt_index": p, "sample_index": s, "response": texts[i], "response_token_ids": answers[i],
-                **settings,
+                **settings, **self.record_extra,
                 "exit_time": float(out.exit_time[i]),
                 "nfe_spent": out.count.nfe, "denoiser_calls": out.count.denoiser_calls,
                 "decoder_calls": out.count.decoder_calls,
