@@ -93,11 +93,17 @@ class GenerationPipeline:
 
     def run_batch(self, prompts: Sequence[str], keys: Sequence[Key]) -> list[dict[str, Any]]:
         """Generate one batch; prompts is the full prompt list indexed by the keys' prompt_index."""
-        unique = sorted({p for p, _ in keys})
+        return self.run_rows([prompts[p] for p, _ in keys], keys)
+
+    def run_rows(self, texts: Sequence[str], keys: Sequence[Key]) -> list[dict[str, Any]]:
+        """Generate one batch whose row i is the prompt texts[i] under the noise key keys[i]."""
+        if len(texts) != len(keys):
+            raise ValueError(f"run_rows: {len(texts)} prompts for {len(keys)} keys")
+        unique = list(dict.fromkeys(texts))   # each distinct prompt is encoded once, in order of first use
         t0 = time.perf_counter()
-        enc = EncodedPrompts.of(self.encoder.encode_prompts([prompts[p] for p in unique]))
-        pos = {p: i for i, p in enumerate(unique)}
-        rows = torch.tensor([pos[p] for p, _ in keys], dtype=torch.long)
+        enc = EncodedPrompts.of(self.encoder.encode_prompts(unique))
+        pos = {text: i for i, text in enumerate(unique)}
+        rows = torch.tensor([pos[text] for text in texts], dtype=torch.long)
         x_prompt = enc.x_prompt.index_select(0, rows.to(enc.x_prompt.device)).to(self.device)
         prompt_mask = enc.prompt_mask.index_select(0, rows.to(enc.prompt_mask.device)).to(self.device)
         if x_prompt.shape[1] != self.canvas_len:
