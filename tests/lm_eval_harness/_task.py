@@ -5,7 +5,8 @@ from pathlib import Path
 
 TASK = "elfreg_demo_arith"
 
-# The answer is the last "#### X" line, as elfreg's demo scorer reads it (elfreg.data.templates.extract_final_answer).
+# The answer is read by elfreg's own extractor (a custom lm-eval filter, utils.py beside the YAML): a plain regex
+# filter on "#### X" misses the extractor's fallbacks ("The answer is X", \\boxed{X}) and scores differently.
 YAML = """task: {task}
 dataset_path: json
 dataset_kwargs:
@@ -22,14 +23,20 @@ generation_kwargs:
 filter_list:
   - name: final
     filter:
-      - function: regex
-        regex_pattern: "(?m)^\\\\s*####\\\\s*(.+?)\\\\s*$"
-        group_select: -1
+      - function: custom
+        filter_fn: !function utils.final_answers
       - function: take_first
 metric_list:
   - metric: exact_match
     aggregation: mean
     higher_is_better: true
+"""
+
+UTILS = """from elfreg.demo.answers import extract_answer
+
+
+def final_answers(resps, docs):
+    return [[(extract_answer(r) or "[no answer]").strip() for r in rs] for rs in resps]
 """
 
 
@@ -38,6 +45,7 @@ def write_task(folder: Path, rows: list[dict], repeats: int = 1) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     data = folder / "test.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "utils.py").write_text(UTILS)
     (folder / f"{TASK}.yaml").write_text(YAML.format(task=TASK, data=data, cache=folder / "hf_cache", repeats=repeats))
     return folder
 
