@@ -196,12 +196,68 @@ def test_lm_eval_exact_match_equals_elfreg_scorer_on_the_same_texts(tmp_path):
 
 def test_command_line_turns_a_model_folder_into_model_args(capsys):
     assert lm_eval_argv(["--model", "runs/m", "--tasks", "gsm8k"]) == [
-        "--model", "elfreg", "--tasks", "gsm8k", "--model_args", "pretrained=runs/m"]
-    assert lm_eval_argv(["--model", "runs/m", "--model_args", "nfe=16,seed=1", "--tasks", "gsm8k"]) == [
-        "--model", "elfreg", "--model_args", "pretrained=runs/m,nfe=16,seed=1", "--tasks", "gsm8k"]
-    same = ["--model", "elfreg", "--model_args", "pretrained=x", "--tasks", "t"]
+        "--model", "elfreg", "--tasks", "gsm8k", "--device", "cpu", "--model_args", "pretrained=runs/m"]
+    assert lm_eval_argv(["--model", "runs/m", "--model_args", "nfe=16,seed=1", "--tasks", "gsm8k", "--device",
+                         "cuda:1"]) == ["--model", "elfreg", "--model_args", "pretrained=runs/m,nfe=16,seed=1",
+                                        "--tasks", "gsm8k", "--device", "cuda:1"]
+    same = ["--model", "elfreg", "--model_args", "pretrained=x", "--tasks", "t", "--device", "cpu"]
     assert lm_eval_argv(same) == same
     with pytest.raises(ValueError, match="both name the model"):
         lm_eval_argv(["--model", "runs/m", "--model_args", "pretrained=x"])
     assert lm_eval_main(["--tasks", "gsm8k"]) == 2
     assert "--model: give an elfreg model folder" in capsys.readouterr().err
+
+
+def _rank_worker(rank, world, store, task_dir, model_dir, out):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        res = evaluate(task_dir, "elfreg", {"pretrained": model_dir, "prompt_format": "template", **SETTINGS},
+                       batch_size=2)
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump({"samples": res["samples"][TASK], "score": res["results"][TASK]["exact_match,final"]}, f,
+                          default=float)
+    finally:
+        dist.destroy_process_group()
+
+
+def _tiny_rows():
+    return [{"id": f"t/{i}", "question": q, "answer": str(i % 3)} for i, q in enumerate(PROMPTS)]
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_two_ranks_under_lm_eval_give_the_single_process_samples(model_dir, tmp_path):
+    import torch.multiprocessing as mp
+
+    task_dir = write_task(tmp_path / "task", _tiny_rows(), repeats=2)     # 5 docs: ranks get 3 and 2 (padded)
+    single = evaluate(task_dir, "elfreg", {"pretrained": str(model_dir), "prompt_format": "template", **SETTINGS},
+                      batch_size=4)
+    out = tmp_path / "ranks.json"
+    mp.spawn(_rank_worker, args=(2, str(tmp_path / "store"), task_dir, str(model_dir), str(out)), nprocs=2, join=True)
+    got = json.loads(out.read_text())
+    # lm-eval pads the shorter rank with copies of its last request and appends their responses to that request
+    # (doc 3 here; its metric reads the first): compare the `repeats` responses every doc asked for
+    by_doc = {s["doc_id"]: s["resps"][0][:2] for s in got["samples"]}
+    assert sorted(by_doc) == list(range(len(PROMPTS)))
+    assert {s["doc_id"]: s["resps"][0] for s in single["samples"][TASK]} == by_doc
+    assert got["score"] == pytest.approx(single["results"][TASK]["exact_match,final"])
+
+
+@pytest.mark.slow
+def test_elfreg_lm_eval_command_writes_lm_eval_results(model_dir, tmp_path):
+    from elfreg.cli import main
+
+    task_dir = write_task(tmp_path / "task", _tiny_rows())
+    out = tmp_path / "out"
+    assert main(["lm-eval", "--model", str(model_dir), "--model_args", "nfe=4,rho=2,seed=5,prompt_format=template",
+                 "--tasks", TASK, "--include_path", str(task_dir), "--output_path", str(out), "--log_samples",
+                 "--batch_size", "2"]) == 0
+    results = json.loads(next(out.rglob("results_*.json")).read_text())
+    assert results["config"]["model"] == "elfreg" and results["results"][TASK]["exact_match,final"] >= 0
+    samples = [json.loads(x) for x in next(out.rglob(f"samples_{TASK}_*.jsonl")).read_text().splitlines()]
+    lm = ElfLM(pretrained=str(model_dir), prompt_format="template", **SETTINGS)
+    texts = lm.generate_until(_requests(PROMPTS, until=["Question:"]))
+    assert [s["resps"][0][0] for s in sorted(samples, key=lambda s: s["doc_id"])] == texts

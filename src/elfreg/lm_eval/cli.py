@@ -37,6 +37,10 @@ def lm_eval_argv(argv: list[str]) -> list[str]:
             elif a.startswith(flag + "="):
                 raise ValueError(f"write {flag} VALUE, not {flag}=VALUE")
         i += 1
+    if "--device" not in argv:   # lm-eval's own default is cuda:0, which a machine without CUDA cannot use
+        import torch
+
+        argv += ["--device", "cuda" if torch.cuda.is_available() else "cpu"]
     if model is None:
         raise ValueError("--model: give an elfreg model folder or hub id (or --model elfreg with "
                          "--model_args pretrained=DIR)")

@@ -106,9 +106,7 @@ class ElfLM(LM):
                             seed=_as(int, "seed", seed),
                             **({} if sigma is None else {"sigma": _as(float, "sigma", sigma)}))
         self._rank, self._world_size = self._init_distributed()
-        self._device = torch.device(device) if device else (
-            torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if torch.cuda.is_available()
-            else torch.device("cpu"))
+        self._device = self._pick_device(device)
         self.model = self._load(pretrained, revision)
         if sigma is None:
             cfg = dataclasses.replace(cfg, sigma=self.model.config.objective.sigma)
@@ -127,6 +125,19 @@ class ElfLM(LM):
         if isinstance(pretrained, ElfModel):
             return pretrained.to(self._device)
         return ElfModel.from_pretrained(str(pretrained), device=self._device, revision=revision)
+
+    def _pick_device(self, device: str | None) -> torch.device:
+        """The given device; cuda:LOCAL_RANK for "cuda" / "cuda:0" under several processes (lm-eval's CLI default
+        is cuda:0 on every rank); without one, cuda:LOCAL_RANK when CUDA is available, else the CPU."""
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if not device:
+            return torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
+        picked = torch.device(device)
+        if picked.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device: {device!r} asked for but CUDA is not available; pass --device cpu")
+        if picked.type == "cuda" and self._world_size > 1 and (picked.index or 0) == 0:
+            return torch.device("cuda", local)
+        return picked
 
     @staticmethod
     def _init_distributed() -> tuple[int, int]:
