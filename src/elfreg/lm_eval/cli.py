@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Any
 
@@ -16,7 +15,7 @@ HELP = __doc__
 
 def register(subparsers: Any) -> None:
     """Add ``lm-eval``; its arguments are lm-eval's and are parsed by lm-eval (see elfreg.cli.main)."""
-    p = subparsers.add_parser("lm-eval", help="evaluate an elfreg model with lm-evaluation-harness (flags pass through)",
+    p = subparsers.add_parser("lm-eval", help="evaluate an elfreg model with lm-evaluation-harness (its flags pass)",
                               description=HELP, add_help=False)
     p.set_defaults(func=lambda args: main(list(getattr(args, "passthrough", []))), passthrough_args=True)
 

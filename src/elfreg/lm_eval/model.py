@@ -102,7 +102,8 @@ class ElfLM(LM):
             w = w_for_task(str(task)) if task else SamplerConfig.w
         # every sampler setting is checked here, before the model is loaded
         cfg = SamplerConfig(sampler=str(sampler), nfe=_as(int, "nfe", nfe), rho=_as(int, "rho", rho), grid=str(grid),
-                            p=_as(float, "p", p), eta=_as(float, "eta", eta), w=w, drop_reg=_as(bool, "drop_reg", drop_reg),
+                            p=_as(float, "p", p), eta=_as(float, "eta", eta), w=w,
+                            drop_reg=_as(bool, "drop_reg", drop_reg),
                             seed=_as(int, "seed", seed),
                             **({} if sigma is None else {"sigma": _as(float, "sigma", sigma)}))
         self._rank, self._world_size = self._init_distributed()
@@ -115,7 +116,8 @@ class ElfLM(LM):
         self.template = self.model.prompt_template
         self.pipeline = GenerationPipeline(
             self.model.student, ElfModelEncoder(self.model, formatted=self.prompt_format == "raw"),
-            self.model.tokenizer, cfg, batch_size=self.batch_size, max_prompt_len=self.model.config.model.max_prompt_len)
+            self.model.tokenizer, cfg, batch_size=self.batch_size,
+            max_prompt_len=self.model.config.model.max_prompt_len)
         self.sampler_config = cfg
 
     # -- construction helpers -----------------------------------------------------------------------------------
