@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
+from elfreg.data.templates import LEGACY_PROMPT_TEMPLATE
 from elfreg.hub import ElfModel
 from elfreg.stats import FeatureStats
 
@@ -56,11 +57,43 @@ def test_hub_id_offline_is_clear_error(monkeypatch):
 
 def test_encode_prompts(tiny_lm_dir):
     m = _model(tiny_lm_dir)
-    x, mask, ids = m.encode_prompts(["what is 3 plus 4 ?", "what is 2"])
+    x, mask, ids = m.encode_prompts(["what is 3 plus 4 ?", "what is 2"], formatted=True)
     assert x.shape == (2, 16, 32) and mask.sum(1).tolist() == [6, 3]
     # a causal encoder: the shorter prompt's features do not depend on batching / padding
-    x1, _, _ = m.encode_prompts(["what is 2"])
+    x1, _, _ = m.encode_prompts(["what is 2"], formatted=True)
     assert torch.allclose(x[1, :3], x1[0, :3], atol=1e-5)
     assert torch.count_nonzero(x[1, 3:]) == 0
     with pytest.raises(ValueError, match="max_prompt_len"):
-        m.encode_prompts(["what " * 9])
+        m.encode_prompts(["what " * 9], formatted=True)
+
+
+def test_encode_prompts_applies_the_template_once(tiny_lm_dir):
+    m = _model(tiny_lm_dir)
+    m.prompt_template = "what is {question} ?"
+    bare = m.encode_prompts(["3 plus 4"])
+    done = m.encode_prompts(["what is 3 plus 4 ?"], formatted=True)
+    assert bare[2] == done[2] == [m.tokenizer("what is 3 plus 4 ?", add_special_tokens=False)["input_ids"]]
+    assert torch.equal(bare[0], done[0]) and torch.equal(bare[1], done[1])
+    assert m.prompt_token_ids([" 3 plus 4\n"]) == done[2]          # the question is stripped inside the template
+    assert m.format_prompts(["x"], formatted=True) == ["x"]
+
+
+def test_prompt_template_saved_loaded_and_legacy_fallback(tmp_path):
+    m = _model()
+    m.prompt_template = "Problem: {question}\nSolution:"
+    folder = m.save_pretrained(tmp_path / "m")
+    assert json.loads((folder / "config.json").read_text())["prompt_template"] == "Problem: {question}\nSolution:"
+    assert ElfModel.from_pretrained(folder).prompt_template == "Problem: {question}\nSolution:"
+    assert ElfModel.new(m.config).prompt_template == LEGACY_PROMPT_TEMPLATE == "Question: {question}\nAnswer:"
+    # a folder saved before templates were stored loads with the template every such model was trained on
+    cfg = json.loads((folder / "config.json").read_text())
+    del cfg["prompt_template"]
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert ElfModel.from_pretrained(folder).prompt_template == LEGACY_PROMPT_TEMPLATE
+    for bad, match in (("no field here", r"exactly one field \{question\}"), ("{question} {other}", "other"),
+                       ("{question", "not a valid template"), (3, "expected a string")):
+        cfg["prompt_template"] = bad
+        (folder / "config.json").write_text(json.dumps(cfg))
+        with pytest.raises(ValueError, match=match) as err:
+            ElfModel.from_pretrained(folder)
+        assert "config.json: prompt_template" in str(err.value)

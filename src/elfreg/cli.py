@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "elfreg.diagnose.cli",
     "elfreg.demo.cli",
     "elfreg.eval.cli",
+    "elfreg.lm_eval.cli",
 )
 
 
@@ -32,7 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if getattr(args, "passthrough_args", False):
+        args.passthrough = extra   # a command whose flags belong to another tool (elfreg lm-eval)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)

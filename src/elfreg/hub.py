@@ -1,12 +1,15 @@
 """``ElfModel``: a trained student with its config, feature statistics and frozen encoder; safetensors, never pickle.
 
-A model folder holds ``config.json`` (the resolved ElfRegConfig), ``model.safetensors`` (student weights, EMA
-weights when saved from training) and ``stats.safetensors`` (per-feature standardisation statistics).
+A model folder holds ``config.json`` (the resolved ElfRegConfig, plus the ``prompt_template`` the model was trained
+with), ``model.safetensors`` (student weights, EMA weights when saved from training) and ``stats.safetensors``
+(per-feature standardisation statistics). A folder written before templates were saved has no ``prompt_template``;
+it loads with ``LEGACY_PROMPT_TEMPLATE``, the one template every earlier elfreg model was trained on.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -16,11 +19,13 @@ from torch import Tensor
 from elfreg.atomic import atomic_write, atomic_write_text
 from elfreg.config import ElfRegConfig
 from elfreg.configtools import from_dict, to_dict
+from elfreg.data.templates import LEGACY_PROMPT_TEMPLATE, format_prompt, validate_template
 from elfreg.model.student import ElfStudent
 from elfreg.stats import FeatureStats
 
 FORMAT_VERSION = 1
 FILES = ("config.json", "model.safetensors", "stats.safetensors")
+log = logging.getLogger(__name__)
 
 
 def resolve_model_dir(name_or_path: str | Path, revision: str | None = None) -> Path:
@@ -46,8 +51,10 @@ class ElfModel:
     """Student + config + standardisation statistics (+ the frozen encoder, loaded on first use)."""
 
     def __init__(self, config: ElfRegConfig, student: ElfStudent, x_stats: FeatureStats,
-                 reg_stats: FeatureStats | None = None, teacher_stats: FeatureStats | None = None) -> None:
+                 reg_stats: FeatureStats | None = None, teacher_stats: FeatureStats | None = None,
+                 prompt_template: str = LEGACY_PROMPT_TEMPLATE) -> None:
         self.config = config
+        self.prompt_template = validate_template(prompt_template)  # the training template, "{question}" inside
         self.student = student
         self.x_stats = x_stats
         self.reg_stats = reg_stats
@@ -58,11 +65,12 @@ class ElfModel:
     # -- construction -------------------------------------------------------------------------------------------
     @classmethod
     def new(cls, config: ElfRegConfig, x_stats: FeatureStats | None = None,
-            reg_stats: FeatureStats | None = None) -> "ElfModel":
+            reg_stats: FeatureStats | None = None, prompt_template: str = LEGACY_PROMPT_TEMPLATE) -> "ElfModel":
         """A freshly initialised model (identity statistics until estimated)."""
         m = config.model
         return cls(config, ElfStudent(m), x_stats or FeatureStats.identity(m.feature_dim),
-                   reg_stats or (FeatureStats.identity(m.reg_dim) if m.extra_token == "reg" else None))
+                   reg_stats or (FeatureStats.identity(m.reg_dim) if m.extra_token == "reg" else None),
+                   prompt_template=prompt_template)
 
     def save_pretrained(self, folder: str | Path, state_dict: dict[str, Tensor] | None = None) -> Path:
         """Write config.json, model.safetensors and stats.safetensors atomically; returns the folder."""
@@ -78,7 +86,7 @@ class ElfModel:
         if self.teacher_stats is not None:
             stats.update(self.teacher_stats.to_tensors("teacher"))
         atomic_write(folder / "stats.safetensors", lambda p: save_file(stats, str(p)))
-        payload = {"elfreg_format": FORMAT_VERSION, **to_dict(self.config)}
+        payload = {"elfreg_format": FORMAT_VERSION, "prompt_template": self.prompt_template, **to_dict(self.config)}
         atomic_write_text(folder / "config.json", json.dumps(payload, indent=2))
         return folder
 
@@ -96,6 +104,7 @@ class ElfModel:
         version = payload.pop("elfreg_format", None)
         if version != FORMAT_VERSION:
             raise ValueError(f"{folder / 'config.json'}: unsupported elfreg_format {version!r}")
+        template = _saved_template(payload, folder / "config.json")
         config = from_dict(ElfRegConfig, payload)
         student = ElfStudent(config.model)
         weights = load_file(str(folder / "model.safetensors"))
@@ -106,7 +115,7 @@ class ElfModel:
         stats = load_file(str(folder / "stats.safetensors")) if (folder / "stats.safetensors").is_file() else {}
         x_stats = FeatureStats.from_tensors(stats, "x") or FeatureStats.identity(config.model.feature_dim)
         model = cls(config, student.eval(), x_stats, FeatureStats.from_tensors(stats, "reg"),
-                    FeatureStats.from_tensors(stats, "teacher"))
+                    FeatureStats.from_tensors(stats, "teacher"), prompt_template=template)
         return model.to(device)
 
     def to(self, device: str | torch.device) -> "ElfModel":
@@ -136,18 +145,30 @@ class ElfModel:
     def tokenizer(self):
         return self.backbones.tokenizer
 
-    def encode_prompts(self, prompts: list[str]) -> tuple[Tensor, Tensor, list[list[int]]]:
-        """Prompts -> (x_prompt (B, L, d) standardised, prompt_mask (B, L) bool, prompt token ids); L = max_len."""
+    def format_prompts(self, prompts: list[str], formatted: bool = False) -> list[str]:
+        """The texts the encoder sees: each prompt inside the model's template, or unchanged when ``formatted``."""
+        return list(prompts) if formatted else [format_prompt(self.prompt_template, p) for p in prompts]
+
+    def prompt_token_ids(self, prompts: list[str], formatted: bool = False) -> list[list[int]]:
+        """Token ids of each prompt as encode_prompts sees it (template applied unless ``formatted``)."""
         tok = self.tokenizer
+        return [tok(p, add_special_tokens=False)["input_ids"] for p in self.format_prompts(prompts, formatted)]
+
+    def encode_prompts(self, prompts: list[str], formatted: bool = False) -> tuple[Tensor, Tensor, list[list[int]]]:
+        """Prompts -> (x_prompt (B, L, d) standardised, prompt_mask (B, L) bool, prompt token ids); L = max_len.
+
+        Each prompt is a bare question put inside the model's ``prompt_template``; pass ``formatted=True`` for
+        prompts that are already in their final form (they are encoded unchanged).
+        """
         cfg = self.config.model
-        ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        ids = self.prompt_token_ids(prompts, formatted)
         for i, row in enumerate(ids):
             if not row:
                 raise ValueError(f"prompt {i} is empty after tokenisation")
             if len(row) > cfg.max_prompt_len:
                 raise ValueError(f"prompt {i} has {len(row)} tokens, over model.max_prompt_len={cfg.max_prompt_len}")
         width = max(len(r) for r in ids)
-        pad = tok.eos_token_id
+        pad = self.tokenizer.eos_token_id
         batch = torch.tensor([r + [pad] * (width - len(r)) for r in ids], dtype=torch.long)
         attn = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in ids], dtype=torch.long)
         h = self.backbones.encode(batch, attn)  # right padding: real positions never see the pads
@@ -157,3 +178,13 @@ class ElfModel:
             x[i, : len(row)] = self.x_stats.standardize(h[i, : len(row)])
             mask[i, : len(row)] = True
         return x.to(self._device), mask.to(self._device), ids
+
+
+def _saved_template(payload: dict, where: Path) -> str:
+    """Pop and validate the saved prompt template; folders from before templates were saved get the legacy one."""
+    template = payload.pop("prompt_template", None)
+    if template is None:
+        log.info("%s has no prompt_template (saved by an older elfreg); using the template every such model was "
+                 "trained on: %r", where, LEGACY_PROMPT_TEMPLATE)
+        return LEGACY_PROMPT_TEMPLATE
+    return validate_template(template, f"{where}: prompt_template")

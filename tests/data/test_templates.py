@@ -1,7 +1,21 @@
 import pytest
 
 from elfreg.data.sources import BadRowError
-from elfreg.data.templates import apply_template, extract_final_answer, format_math_response, last_boxed
+from elfreg.data.templates import (MATH_PROMPT, apply_template, extract_final_answer, format_math_response,
+                                   format_prompt, last_boxed, prompt_template, validate_template)
+
+
+def test_prompt_template_of_each_task_and_format_prompt():
+    assert prompt_template("math") == prompt_template("code") == MATH_PROMPT == "Question: {question}\nAnswer:"
+    assert format_prompt(MATH_PROMPT, "  5-0+3=?\n") == "Question: 5-0+3=?\nAnswer:"
+    assert apply_template({"prompt": "5-0+3=?", "response": "#### 8"}, "math")[0] == format_prompt(MATH_PROMPT, "5-0+3=?")
+    assert format_prompt("{{literal}} {question}", "q") == "{literal} q"
+    with pytest.raises(ValueError, match="unknown task 'chat'"):
+        prompt_template("chat")
+    assert validate_template("Q: {question}") == "Q: {question}"
+    for bad in ("Q:", "{question}{question}", "{0} {question}", "{question!r}x{y}"):
+        with pytest.raises(ValueError, match="exactly one field"):
+            validate_template(bad)
 
 
 def test_gsm8k_answer_loses_calculator_notes_and_keeps_hash_line():

@@ -56,11 +56,17 @@ def test_quick_demo_writes_every_artifact(demo_run):
 def test_demo_models_work_with_generate_and_eval(demo_run, tmp_path):
     out, _ = demo_run
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(json.dumps({"prompt": "Question: 3+4-2=?\nAnswer:"}) + "\n")
+    prompts.write_text(json.dumps({"prompt": "3+4-2=?"}) + "\n")     # a bare question: the model's template applies
     gen = tmp_path / "gen.jsonl"
     assert main(["generate", "--model", str(out / "ELF-REG/model"), "--prompts", str(prompts), "--out", str(gen),
                  "--nfe", "4", "--samples", "2", "--no-progress", "--device", "cpu"]) == 0
     assert len(gen.read_text().splitlines()) == 2
+    raw = tmp_path / "raw.jsonl"   # the already formatted prompt, encoded as is, is the same prompt
+    prompts.write_text(json.dumps({"prompt": "Question: 3+4-2=?\nAnswer:"}) + "\n")
+    assert main(["generate", "--model", str(out / "ELF-REG/model"), "--prompts", str(prompts), "--out", str(raw),
+                 "--nfe", "4", "--samples", "2", "--no-progress", "--device", "cpu", "--prompt-format", "raw"]) == 0
+    responses = lambda f: [json.loads(x)["response"] for x in f.read_text().splitlines()]  # noqa: E731
+    assert responses(raw) == responses(gen)
     run = tmp_path / "eval"
     assert main(["eval", "run", "--model", str(out / "ELF/model"), "--benchmark", "demo-arith", "--data",
                  str(out / "test.jsonl"), "--out", str(run), "--nfe", "4", "--limit", "4", "--no-progress",

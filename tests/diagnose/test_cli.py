@@ -110,7 +110,7 @@ def test_readout_matches_elfreg_generate_early_stop(tmp_path, tiny_lm_dir, promp
 def test_bad_input_fails_before_loading(tmp_path, prompts_file, capsys):
     calls = []
 
-    def load(path, device):
+    def load(path, device, prompt_format="template"):
         calls.append(path)
         raise AssertionError("must not load")
 

@@ -36,7 +36,9 @@ def test_eval_run_generates_scores_and_resumes(tmp_path, tiny_lm_dir):
     assert summary["generation"]["sampler"] == "early-stop" and summary["generation"]["nfe"] == 4
     assert summary["samples_per_problem"] == 2 and summary["problems"] == 3
     prompts = [json.loads(x) for x in (out / "prompts.jsonl").read_text().splitlines()]
-    assert prompts[0]["prompt"] == "Question: what is 2 plus 3 ?\nAnswer:"
+    assert prompts[0]["prompt"] == "what is 2 plus 3 ?"   # the question; the model's template is applied once
+    assert rec["prompt_format"] == "template" and rec["prompt_template"] == "Question: {question}\nAnswer:"
+    assert summary["generation"]["prompt_template"] == "Question: {question}\nAnswer:"
     # a second run resumes: nothing generated again
     assert main(argv) == 0
     assert (out / "generations.jsonl").read_text().splitlines() == gens

@@ -16,7 +16,7 @@ def _args(*argv):
 
 
 def _loader(calls):
-    def load(model_dir, device):
+    def load(model_dir, device, prompt_format="template"):
         calls.append(model_dir)
         net, enc, tok, mpl = bundle()
         return LoadedModel(net, enc, tok, mpl)

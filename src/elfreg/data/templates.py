@@ -7,12 +7,17 @@ answer; a `\\boxed{}` in the solution body is kept for math-verify.
 from __future__ import annotations
 
 import re
+import string
 from typing import Any
 
 from elfreg.data.sources import BadRowError
 
 MATH_PROMPT = "Question: {question}\nAnswer:"
 CODE_PROMPT = "Question: {question}\nAnswer:"
+PROMPT_TEMPLATES = {"math": MATH_PROMPT, "code": CODE_PROMPT}
+# Every elfreg model saved before templates were stored with the model was trained on this template (MATH_PROMPT
+# and CODE_PROMPT have always been equal), so it is the exact fallback for old model folders (docs/sampling.md).
+LEGACY_PROMPT_TEMPLATE = MATH_PROMPT
 
 _CALC = re.compile(r"<<[^<>]*>>")  # GSM8K calculator annotations: "<<48/2=24>>"
 _HASH_LINE = re.compile(r"^\s*####\s*(.+?)\s*$", re.MULTILINE)
@@ -58,13 +63,39 @@ def format_math_response(solution: str, answer: Any = None, where: str = "") -> 
     return f"{body}\n#### {answer}" if body else f"#### {answer}"
 
 
+def prompt_template(task: str) -> str:
+    """The prompt template a model trained on data.task ``task`` ('math' or 'code') sees: one ``{question}`` field."""
+    if task not in PROMPT_TEMPLATES:
+        raise ValueError(f"unknown task {task!r}; expected one of {', '.join(PROMPT_TEMPLATES)}")
+    return PROMPT_TEMPLATES[task]
+
+
+def validate_template(template: Any, where: str = "prompt_template") -> str:
+    """Return ``template`` if it is a str.format template with exactly one field, ``{question}``; else ValueError."""
+    if not isinstance(template, str):
+        raise ValueError(f"{where}: expected a string with one {{question}} field, got {type(template).__name__}")
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise ValueError(f"{where}: not a valid template ({exc}); write literal braces as {{{{ and }}}}") from None
+    if fields != ["question"]:
+        raise ValueError(f"{where}: a prompt template needs exactly one field {{question}}, found {fields} "
+                         f"in {template!r}")
+    return template
+
+
+def format_prompt(template: str, question: str) -> str:
+    """The prompt a model sees: its template around the question (the one home of prompt formatting)."""
+    return template.format(question=question.strip())
+
+
 def apply_template(example: dict[str, Any], task: str) -> tuple[str, str]:
     """Example dict → (prompt text, response text) for task 'math' or 'code'."""
     question = example["prompt"].strip()
     where = str(example.get("id", ""))
     if task == "math":
-        return MATH_PROMPT.format(question=question), format_math_response(
+        return format_prompt(MATH_PROMPT, question), format_math_response(
             example["response"], example.get("answer"), where)
     if task == "code":
-        return CODE_PROMPT.format(question=question), example["response"].strip()
+        return format_prompt(CODE_PROMPT, question), example["response"].strip()
     raise ValueError(f"unknown task {task!r}; expected 'math' or 'code'")

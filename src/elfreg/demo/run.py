@@ -126,7 +126,7 @@ def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig,
     """Accuracy of every (sampler, NFE, seed) on the test problems; prompts are encoded once."""
     prompts = [apply_template(r, "math")[0] for r in rows]
     t0 = time.perf_counter()
-    x, mask, _ = model.encode_prompts(prompts)
+    x, mask, _ = model.encode_prompts(prompts, formatted=True)
     encoder_s = time.perf_counter() - t0
     ev, task = cfg.eval, task_module(cfg)
     out: dict = {"encoder_seconds": encoder_s, "cells": []}
@@ -179,7 +179,7 @@ class AccuracyCurve:
         model.student.eval()
         model.attach_backbones(self.trainer.backbones)
         if self.encoded is None:  # the standardisation is fixed before the first step
-            self.encoded = model.encode_prompts(self.prompts)[:2]
+            self.encoded = model.encode_prompts(self.prompts, formatted=True)[:2]
         x, mask = self.encoded
         scfg = sampler_config(model, self.cfg, "early-stop", ev.main_nfe, ev.seeds[0])
         acc, chain_acc = accuracy(sample_texts(model, x, mask, scfg, ev.batch_size)[0], self.problems,

@@ -54,6 +54,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="rows per network call")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--prompt-format", default="template", choices=("template", "raw"),
+                   help="template: prompts are bare questions put in the model's saved template (as elfreg "
+                        "generate); raw: prompts are already formatted")
     p.set_defaults(func=cmd_diagnose)
 
 
@@ -115,7 +118,7 @@ def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], L
     results: dict[str, dict] = {}
     settings: dict[str, dict] = {}
     for label, path in specs:
-        loaded = load(path, device)
+        loaded = load(path, device, getattr(args, "prompt_format", "template"))
         mcfg = cfg if args.sigma is not None or loaded.sigma is None else dataclasses.replace(cfg, sigma=loaded.sigma)
         try:
             results[label] = diagnose_model(loaded.network, loaded.encoder, loaded.tokenizer, problems, mcfg, task,

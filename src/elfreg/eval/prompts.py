@@ -1,40 +1,38 @@
-"""Model-facing prompt formats, one per benchmark, identical for every model (spec §6).
+"""The question each benchmark asks, one format per benchmark, identical for every model (spec §6).
 
-The exact strings are documented in docs/evaluation.md; change them only with a version bump there.
+These are the bodies only: the model's own prompt template (saved with the model, elfreg.hub) is put around
+each at generation (`elfreg generate`, which `elfreg eval run` calls), so an elfreg model sees at evaluation
+exactly the prompt form it was trained on, and the template lives in one place. The exact strings are documented
+in docs/evaluation.md; change them only with a version bump there.
 """
 
 from __future__ import annotations
 
-from elfreg.data.templates import CODE_PROMPT, MATH_PROMPT
-
 from .benchmark import Problem
-
-# Every prompt is the training template "Question: {question}\nAnswer:" around a task-specific body, so an
-# elfreg model sees at evaluation exactly the prompt form it was trained on (elfreg.data.templates).
 
 def gsm8k_prompt(p: Problem) -> str:
     """GSM8K: question, then the model reasons and ends with ``#### <number>``."""
-    return MATH_PROMPT.format(question=p.question.strip())
+    return p.question.strip()
 
 
 def math_prompt(p: Problem) -> str:
-    """MATH-500: the problem in the math training template (responses carry ``\\boxed{}`` and ``####``)."""
-    return MATH_PROMPT.format(question=p.question.strip())
+    """MATH-500: the problem (responses carry ``\\boxed{}`` and ``####``)."""
+    return p.question.strip()
 
 
 def choice_prompt(p: Problem) -> str:
     """MMLU: question and lettered options; the rationale ends with ``The answer is (X)``."""
     opts = "\n".join(f"({letter}) {text}" for letter, text in zip("ABCD", p.extra["choices"]))
-    return MATH_PROMPT.format(question=f"{p.question.strip()}\n{opts}\n"
-                              "Think step by step, then finish with \"The answer is (X)\" where X is A, B, C or D.")
+    return (f"{p.question.strip()}\n{opts}\n"
+            "Think step by step, then finish with \"The answer is (X)\" where X is A, B, C or D.")
 
 
 def humaneval_prompt(p: Problem) -> str:
     """HumanEval(+): the function signature and docstring in a code block; reply with the whole function."""
-    return CODE_PROMPT.format(question="Complete the following Python function. Reply with the complete function "
-                              f"in a ```python block.\n```python\n{p.question.rstrip()}\n```")
+    return ("Complete the following Python function. Reply with the complete function "
+            f"in a ```python block.\n```python\n{p.question.rstrip()}\n```")
 
 
 def mbpp_prompt(p: Problem) -> str:
     """MBPP(+): task text and its example asserts; reply with the code in a ```python block."""
-    return CODE_PROMPT.format(question=f"{p.question.strip()}\nReply with the complete code in a ```python block.")
+    return f"{p.question.strip()}\nReply with the complete code in a ```python block."

@@ -1,6 +1,7 @@
 """`elfreg eval run`: generate with an elfreg model on a benchmark, then score with the same protocol as `score`.
 
-The run folder holds prompts.jsonl (the formatted prompts), generations.jsonl (one record per sample with every
+The run folder holds prompts.jsonl (the benchmark's questions; the model's saved prompt template is put around
+each at generation and recorded with every sample as ``prompt_template``), generations.jsonl (one record per sample with every
 sampler setting, resumable), results.jsonl, summary.json and summary.md. Re-running the same command resumes:
 samples already generated are not generated again, problems already scored are not scored again.
 """
@@ -50,7 +51,7 @@ def register_run(sub) -> None:
 
 
 def write_prompts(bench, problems, path: Path) -> None:
-    """The formatted prompts, one JSON line each with the task id (written atomically)."""
+    """The benchmark's questions (the model's template is applied at generation), one JSON line each with the task id."""
     lines = [json.dumps({"id": p.task_id, "prompt": bench.format_prompt(p)}) for p in problems]
     atomic_write_text(path, "\n".join(lines) + "\n")
 
@@ -69,7 +70,8 @@ def completions_from_generations(path: Path) -> list[Completion]:
 
 def generation_settings(path: Path) -> dict:
     """Sampler settings shared by every record of a generations file (recorded in the summary)."""
-    keys = ("sampler", "nfe", "rho", "grid", "p", "eta", "w", "sigma", "t_eps", "p_mean", "p_std", "drop_reg", "seed")
+    keys = ("sampler", "nfe", "rho", "grid", "p", "eta", "w", "sigma", "t_eps", "p_mean", "p_std", "drop_reg", "seed",
+            "prompt_format", "prompt_template")
     with open(path, encoding="utf-8") as f:
         first = json.loads(f.readline())
     return {k: first.get(k) for k in keys}

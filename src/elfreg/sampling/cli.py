@@ -15,6 +15,8 @@ from elfreg.sampling.config import GRIDS, SAMPLERS, SamplerConfig, w_for_task
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.run import generate_to_file, read_prompts
 
+PROMPT_FORMATS = ("template", "raw")
+
 
 def register(subparsers: Any) -> None:
     """Add the `generate` subcommand to an argparse subparsers object."""
@@ -45,6 +47,9 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="rows per network call")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--prompt-format", default="template", choices=PROMPT_FORMATS,
+                   help="template: each prompt is a bare question, put inside the model's saved prompt template "
+                        "(default); raw: prompts are already formatted and are encoded unchanged")
 
 
 def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
@@ -64,30 +69,38 @@ class LoadedModel:
     tokenizer: Any
     max_prompt_len: int | None = None
     sigma: float | None = None   # the training noise scale, used when --sigma is not given
+    prompt_template: str | None = None  # the template the encoder puts each prompt in; None: prompts used as given
 
 
 class ElfModelEncoder:
-    """Prompt encoder over an ElfModel: cheap tokenisation for validation, encode_prompts for features."""
+    """Prompt encoder over an ElfModel: cheap tokenisation for validation, encode_prompts for features.
 
-    def __init__(self, model: Any) -> None:
+    Prompts go through the model's template unless ``formatted`` (both methods see the same text, so
+    validation counts exactly the tokens that are encoded).
+    """
+
+    def __init__(self, model: Any, formatted: bool = False) -> None:
         self.model = model
+        self.formatted = formatted
 
     def prompt_token_ids(self, prompts: list[str]) -> list[list[int]]:
-        # the same tokenisation ElfModel.encode_prompts uses (no special tokens)
-        tok = self.model.tokenizer
-        return [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        return self.model.prompt_token_ids(prompts, formatted=self.formatted)
 
     def encode_prompts(self, prompts: list[str]) -> Any:
-        return self.model.encode_prompts(prompts)
+        return self.model.encode_prompts(prompts, formatted=self.formatted)
 
 
-def load_elf_model(model_dir: str, device: torch.device) -> LoadedModel:
-    """Load an ElfModel folder (src/elfreg/hub.py): student, frozen encoder, tokenizer, prompt cap, sigma."""
+def load_elf_model(model_dir: str, device: torch.device, prompt_format: str = "template") -> LoadedModel:
+    """Load an ElfModel folder (src/elfreg/hub.py): student, frozen encoder, tokenizer, prompt cap, sigma, template."""
     from elfreg.hub import ElfModel
 
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"prompt_format: expected one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}")
     model = ElfModel.from_pretrained(model_dir, device=device)
-    return LoadedModel(network=model.student, encoder=ElfModelEncoder(model), tokenizer=model.tokenizer,
-                       max_prompt_len=model.config.model.max_prompt_len, sigma=model.config.objective.sigma)
+    raw = prompt_format == "raw"
+    return LoadedModel(network=model.student, encoder=ElfModelEncoder(model, formatted=raw), tokenizer=model.tokenizer,
+                       max_prompt_len=model.config.model.max_prompt_len, sigma=model.config.objective.sigma,
+                       prompt_template=None if raw else model.prompt_template)
 
 
 def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], LoadedModel] = load_elf_model) -> int:
@@ -114,11 +127,14 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     else:
         device = torch.device("cpu")
-    loaded = load(args.model, device)
+    prompt_format = getattr(args, "prompt_format", "template")
+    loaded = load(args.model, device, prompt_format)
     if args.sigma is None and loaded.sigma is not None:
         cfg = dataclasses.replace(cfg, sigma=loaded.sigma)
     pipeline = GenerationPipeline(loaded.network, loaded.encoder, loaded.tokenizer, cfg, batch_size=args.batch_size,
-                                  max_prompt_len=loaded.max_prompt_len)
+                                  max_prompt_len=loaded.max_prompt_len,
+                                  record_extra={"prompt_format": prompt_format,
+                                                "prompt_template": loaded.prompt_template})
     try:
         pipeline.validate(prompts.prompts, prompts.source, prompts.lines)
     except ValueError as exc:

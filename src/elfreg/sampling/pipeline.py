@@ -62,7 +62,8 @@ class GenerationPipeline:
     """Model + frozen encoder + tokenizer + sampler settings -> response records (spec §5)."""
 
     def __init__(self, network: StudentLike, encoder: PromptEncoder, tokenizer: Any, cfg: SamplerConfig,
-                 batch_size: int = 16, max_prompt_len: int | None = None) -> None:
+                 batch_size: int = 16, max_prompt_len: int | None = None,
+                 record_extra: dict[str, Any] | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size: need >= 1, got {batch_size}")
         if tokenizer.eos_token_id is None:
@@ -73,6 +74,7 @@ class GenerationPipeline:
         self.cfg = cfg
         self.batch_size = batch_size
         self.max_prompt_len = max_prompt_len
+        self.record_extra = dict(record_extra or {})  # recorded beside the sampler settings (e.g. the prompt template)
         self.canvas_len = int(network.config.max_len)
         self.device = next((p.device for p in getattr(network, "parameters", lambda: iter(()))()),
                            torch.device("cpu"))
@@ -91,11 +93,17 @@ class GenerationPipeline:
 
     def run_batch(self, prompts: Sequence[str], keys: Sequence[Key]) -> list[dict[str, Any]]:
         """Generate one batch; prompts is the full prompt list indexed by the keys' prompt_index."""
-        unique = sorted({p for p, _ in keys})
+        return self.run_rows([prompts[p] for p, _ in keys], keys)
+
+    def run_rows(self, texts: Sequence[str], keys: Sequence[Key]) -> list[dict[str, Any]]:
+        """Generate one batch whose row i is the prompt texts[i] under the noise key keys[i]."""
+        if len(texts) != len(keys):
+            raise ValueError(f"run_rows: {len(texts)} prompts for {len(keys)} keys")
+        unique = list(dict.fromkeys(texts))   # each distinct prompt is encoded once, in order of first use
         t0 = time.perf_counter()
-        enc = EncodedPrompts.of(self.encoder.encode_prompts([prompts[p] for p in unique]))
-        pos = {p: i for i, p in enumerate(unique)}
-        rows = torch.tensor([pos[p] for p, _ in keys], dtype=torch.long)
+        enc = EncodedPrompts.of(self.encoder.encode_prompts(unique))
+        pos = {text: i for i, text in enumerate(unique)}
+        rows = torch.tensor([pos[text] for text in texts], dtype=torch.long)
         x_prompt = enc.x_prompt.index_select(0, rows.to(enc.x_prompt.device)).to(self.device)
         prompt_mask = enc.prompt_mask.index_select(0, rows.to(enc.prompt_mask.device)).to(self.device)
         if x_prompt.shape[1] != self.canvas_len:
@@ -110,7 +118,7 @@ class GenerationPipeline:
         for i, (p, s) in enumerate(keys):
             records.append({
                 "prompt_index": p, "sample_index": s, "response": texts[i], "response_token_ids": answers[i],
-                **settings,
+                **settings, **self.record_extra,
                 "exit_time": float(out.exit_time[i]),
                 "nfe_spent": out.count.nfe, "denoiser_calls": out.count.denoiser_calls,
                 "decoder_calls": out.count.decoder_calls,

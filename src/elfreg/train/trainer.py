@@ -21,6 +21,7 @@ from torch import Tensor
 
 from elfreg.atomic import atomic_write_text
 from elfreg.configtools import dump_yaml, to_dict
+from elfreg.data.templates import prompt_template
 from elfreg.hub import ElfModel
 from elfreg.objective import draw, loss_counts
 from elfreg.stats import FeatureStats
@@ -189,7 +190,7 @@ class Trainer:
     def _build_model(self) -> None:
         cfg, tc = self.cfg, self.cfg.train
         torch.manual_seed(tc.seed)
-        elf = ElfModel.new(cfg.elf_config())
+        elf = ElfModel.new(cfg.elf_config(), prompt_template=prompt_template(cfg.data.task))  # saved with the model
         ema_init = None
         self.state: dict = {"step": 0}
         if self.resume_from is not None:
