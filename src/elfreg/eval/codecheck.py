@@ -2,7 +2,7 @@
 
 * original tests (HumanEval ``check``, MBPP asserts), scored differentially so that no verdict rests on
   the tested process: once per task the tests run against the reference solution with every call to the
-  program's functions recorded (:class:`TestSpec`, ``record`` mode); a tested program then only answers
+  program's functions recorded (:class:`ReplaySpec`, ``record`` mode); a tested program then only answers
   those calls (``calls`` mode; it never sees the tests or the expected values), and the original tests
   are replayed against its outputs, decoded to builtin values only, in a separate checker process that
   runs no program code (``check`` mode). Outputs identical to the reference's pass without the replay
@@ -79,7 +79,7 @@ def run_asserts(sandbox: Sandbox, program: str, tests: str, time_limit_s: float)
 
 
 @dataclass(frozen=True)
-class TestSpec:
+class ReplaySpec:
     """How a problem's original tests split between the checker and the tested process.
 
     ``preamble`` (HumanEval: the prompt, with the helpers such as ``poly`` the tests use) and ``body``
@@ -95,7 +95,7 @@ class TestSpec:
     refs: tuple[str, ...]
 
     @classmethod
-    def from_problem(cls, p: Problem) -> "TestSpec":
+    def from_problem(cls, p: Problem) -> "ReplaySpec":
         """HumanEval style (the tests define ``check``): all of it runs in the checker, on the prompt;
         MBPP style (top-level asserts): non-assert statements are setup, names called by the asserts are
         the program's."""
@@ -129,7 +129,7 @@ def _same_output(out: dict, exp: dict) -> bool:
     return all(out.get(k) == exp.get(k) for k in ("v", "sha", "n"))
 
 
-def run_tests(sandbox: Sandbox, program: str, spec: TestSpec, exp: dict, rule: TimeRule) -> CheckResult:
+def run_tests(sandbox: Sandbox, program: str, spec: ReplaySpec, exp: dict, rule: TimeRule) -> CheckResult:
     """The original tests, differentially: ``exp`` = ``{"calls", "outputs", "ref_time", "check_time"}``
     from :class:`ExpectedOutputs`."""
     calls, outputs = exp["calls"], exp["outputs"]
@@ -265,7 +265,7 @@ class ExpectedOutputs:
     def _record(self, p: Problem) -> dict:
         """Record the original tests' calls on the reference, answer them as a tested program would, and
         check that the replay of those outputs passes (so identical outputs may pass without a replay)."""
-        spec = TestSpec.from_problem(p)
+        spec = ReplaySpec.from_problem(p)
         fail = f"{self.benchmark.name} {p.task_id}: reference solution"
         res = self.sandbox.run(dict(spec.payload("record"), program=p.reference), deadline_s=300.0)
         last = res.records[-1] if res.records else {}

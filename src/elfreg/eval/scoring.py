@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from .answers import extract_choice, extract_gsm8k, numbers_equal
 from .benchmark import Benchmark, Problem
-from .codecheck import DATASET_OF, ExpectedOutputs, TestSpec, TimeRule, run_io, run_tests
+from .codecheck import DATASET_OF, ExpectedOutputs, ReplaySpec, TimeRule, run_io, run_tests
 from .codeprep import prepare_code
 from .completions import Completion
 from .mathcheck import verify_many
@@ -85,6 +85,28 @@ def _score_text(bench: Benchmark, items: list[tuple[Problem, Completion]], opts:
     return rows
 
 
+def score_program(bench: Benchmark, p: Problem, program: str, sandbox: Sandbox, exp: dict,
+                  rule: TimeRule) -> dict:
+    """Verdicts of one prepared program on ``p``'s test sets: ``{"base", ["plus"], "detail"}``.
+
+    ``exp`` is ``p``'s row of :class:`ExpectedOutputs`. Every verdict is reached outside the tested process."""
+    res: dict = {}
+    if p.tests is not None:
+        r = run_tests(sandbox, program, ReplaySpec.from_problem(p), exp, rule)
+        res["base"], res["detail"] = r.status, r.detail
+    else:
+        ds = DATASET_OF[bench.name] if bench.name in DATASET_OF else "mbpp" if "mbpp" in bench.name else ""
+        r = run_io(sandbox, program, p, ds, p.base_inputs or [], exp["base"], rule)
+        res["base"], res["detail"] = r.status, r.detail
+        if "plus" in bench.code_tests:
+            if r.passed:  # plus = base and plus inputs (EvalPlus); skip the plus run when base fails
+                r2 = run_io(sandbox, program, p, ds, p.plus_inputs or [], exp["plus"], rule)
+                res["plus"], res["detail"] = r2.status, r2.detail
+            else:
+                res["plus"] = "skipped"
+    return res
+
+
 def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, expected: ExpectedOutputs,
                 rule: TimeRule) -> dict:
     row: dict = {"task_id": c.task_id, "sample": c.sample}
@@ -103,20 +125,7 @@ def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, e
         if program in cache:
             row[mode] = cache[program]
             continue
-        res: dict = {}
-        if p.tests is not None:
-            r = run_tests(sandbox, program, TestSpec.from_problem(p), exp, rule)
-            res["base"], res["detail"] = r.status, r.detail
-        else:
-            ds = DATASET_OF[bench.name] if bench.name in DATASET_OF else "mbpp" if "mbpp" in bench.name else ""
-            r = run_io(sandbox, program, p, ds, p.base_inputs or [], exp["base"], rule)
-            res["base"], res["detail"] = r.status, r.detail
-            if "plus" in bench.code_tests:
-                if r.passed:  # plus = base and plus inputs (EvalPlus); skip the plus run when base fails
-                    r2 = run_io(sandbox, program, p, ds, p.plus_inputs or [], exp["plus"], rule)
-                    res["plus"], res["detail"] = r2.status, r2.detail
-                else:
-                    res["plus"] = "skipped"
+        res = score_program(bench, p, program, sandbox, exp, rule)
         cache[program] = res
         row[mode] = res
     return row
