@@ -64,7 +64,8 @@ class CheckResult:
 
 
 def run_asserts(sandbox: Sandbox, program: str, tests: str, time_limit_s: float) -> CheckResult:
-    """Assert-style tests: the program and the tests in one namespace."""
+    """Assert-style tests, the program and the tests in one namespace (the sandbox's probe and the tests'
+    yardstick; scoring never uses it: a program sharing a process with its tests can forge a pass)."""
     res = sandbox.run({"mode": "asserts", "program": program, "tests": tests}, deadline_s=time_limit_s)
     last = res.records[-1] if res.records else {}
     if last.get("status") == "pass" and last.get("token_ok"):
@@ -225,7 +226,8 @@ class ExpectedOutputs:
         self._lock = threading.Lock()
 
     def load_or_compute(self, progress: bool = True, only: set[str] | None = None) -> "ExpectedOutputs":
-        """Fill :attr:`table` (``task_id -> {"base": [...], "plus": [...], "ref_time": s}``) for ``only``
+        """Fill :attr:`table` (``task_id -> {"base": [...], "plus": [...]}`` for differential tests,
+        ``{"calls", "outputs", "ref_time", "check_time"}`` for original tests) for ``only``
         (default: every problem); newly computed rows are merged into the cache file."""
         if self.path.exists():
             with gzip.open(self.path, "rt", encoding="utf-8") as f:
