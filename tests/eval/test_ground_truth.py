@@ -8,6 +8,7 @@ from elfreg.eval.completions import Completion
 from elfreg.eval.datasets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 
+from ._isolation import isolated_sandbox
 from ._shared import data_file
 
 SIZES = {"gsm8k": 1319, "math500": 500, "humaneval": 164, "humaneval_plus": 164, "mbpp": 500, "mbpp_plus": 378}
@@ -23,7 +24,8 @@ def _score(name, cache_dir, make, limit=None):
     probs = bench.problems[:limit] if limit else bench.problems
     comps = [Completion(p.task_id, 0, make(probs, i), i + 1) for i, p in enumerate(probs)]
     opts = ScoreOptions(workers=2, cache_dir=cache_dir, allow_subset=limit is not None, progress=False)
-    return bench, score_completions(bench, comps, None, opts)
+    sandbox = isolated_sandbox() if bench.kind == "code" else None
+    return bench, score_completions(bench, comps, None, opts, sandbox)
 
 
 def _pass_counts(summary):

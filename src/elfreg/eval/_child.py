@@ -11,6 +11,13 @@ Two modes:
   early ``sys.exit(0)`` / ``os._exit(0)`` or a crash can never read as a pass.
 * ``io`` — differential testing (EvalPlus): call ``entry_point`` on each input and stream the encoded
   output back; the harness, not this process, compares it with the expected output.
+* ``calls`` — the tested side of the original HumanEval/MBPP tests: run ``program`` (then the test's
+  ``setup``), make the recorded calls ``[name, args, kwargs]`` and stream the encoded outputs back.
+* ``record`` (reference program only) — run the original tests with every call to the program's functions
+  recorded (arguments and outputs, encoded) and answered with the *decoded* output, as a replay would.
+* ``check`` (no program at all) — replay the original tests against outputs another process produced:
+  each call to the program's functions must match the next recorded call and is answered with that
+  output, decoded to builtin values only (:func:`decode_plain`); anything else fails the check.
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ DIGEST_THRESHOLD = 1 << 20
 _SMALL_INT = 1 << 63
 
 
-def _encode(x, put, depth=0):
-    """Write the canonical JSON encoding of ``x`` through ``put`` (equal values -> equal text)."""
+def _encode(x, put, depth=0, ordered=False):
+    """Write the canonical JSON encoding of ``x`` through ``put`` (equal values -> equal text).
+
+    ``ordered`` (call arguments) keeps dicts in insertion order, which a function may depend on."""
     if depth > 200:
         raise RecursionError("value nested too deeply to encode")
     d = depth + 1
@@ -53,12 +62,15 @@ def _encode(x, put, depth=0):
         _encode(x.imag, put, d)
         put("]}")
     elif isinstance(x, list):
-        _encode_seq(x, put, d, "[", "]")
+        _encode_seq(x, put, d, "[", "]", ordered)
     elif isinstance(x, tuple):
-        _encode_seq(x, put, d, '{"$t":[', "]}")
+        _encode_seq(x, put, d, '{"$t":[', "]}", ordered)
     elif isinstance(x, (set, frozenset)):
         # Sets compare order-free: sort the element encodings so equal sets encode equally.
         put('{"$s":[' + ",".join(sorted(encode_text(e, d) for e in x)) + "]}")
+    elif isinstance(x, dict) and ordered:
+        put('{"$D":[' + ",".join("[%s,%s]" % (encode_text(k, d, True), encode_text(v, d, True))
+                                  for k, v in x.items()) + "]}")
     elif isinstance(x, dict):
         items = sorted((encode_text(k, d), encode_text(v, d)) for k, v in x.items())
         put('{"$d":[' + ",".join("[%s,%s]" % kv for kv in items) + "]}")
@@ -67,23 +79,25 @@ def _encode(x, put, depth=0):
         put('{"%s":[%s,' % (tag, json.dumps(str(x.dtype))))
         _encode(x.tolist() if tag == "$nd" else x.item(), put, d)
         put("]}")
+    elif type(x) is Ref:
+        put('{"$g":%s}' % json.dumps(x.name))
     else:
         put('{"$o":%s}' % json.dumps(type(x).__qualname__))
 
 
-def _encode_seq(xs, put, depth, open_, close):
+def _encode_seq(xs, put, depth, open_, close, ordered=False):
     put(open_)
     for i, e in enumerate(xs):
         if i:
             put(",")
-        _encode(e, put, depth)
+        _encode(e, put, depth, ordered)
     put(close)
 
 
-def encode_text(x, depth=0) -> str:
-    """Canonical encoding of ``x`` as one string."""
+def encode_text(x, depth=0, ordered=False) -> str:
+    """Canonical encoding of ``x`` as one string (``ordered``: dicts in insertion order)."""
     parts: list = []
-    _encode(x, parts.append, depth)
+    _encode(x, parts.append, depth, ordered)
     return "".join(parts)
 
 
@@ -108,6 +122,19 @@ def encode_output(x) -> dict:
     return {"sha": state["h"].hexdigest(), "n": state["n"]}
 
 
+class Ref:
+    """A test-setup object passed by name: it lives in the tested process (e.g. MBPP 367's trees)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class NotPlain(ValueError):
+    """An encoded value that is not plain builtin data (an object, an array, a reference)."""
+
+
 class Opaque:
     """A value the codec cannot carry (a regex match, a generator...): equal to nothing, not None."""
 
@@ -123,7 +150,7 @@ class Opaque:
         return f"Opaque({self.type_name})"
 
 
-def _hook(obj):
+def _hook(obj, refs=None):
     if len(obj) != 1:
         return obj
     (tag, val), = obj.items()
@@ -139,21 +166,60 @@ def _hook(obj):
         return tuple(val)
     if tag == "$s":
         return set(val)
-    if tag == "$d":
+    if tag in ("$d", "$D"):
         return {k: v for k, v in val}
     if tag == "$o":
         return Opaque(val)
+    if tag == "$g" and refs is not None:
+        return refs[val]
     if tag in ("$np", "$nd"):
         import numpy as np  # only the parent decodes numpy values
 
         dtype = np.dtype(val[0])
+        if dtype.kind not in "biufc":  # numbers only: no object, string, void or datetime arrays
+            raise NotPlain(f"numpy dtype {val[0]!r}")
         return np.array(val[1], dtype=dtype) if tag == "$nd" else dtype.type(val[1])
     return obj
 
 
-def decode_text(text: str):
-    """Inverse of :func:`encode_text` (sets/dicts come back as real sets/dicts)."""
-    return json.loads(text, object_hook=_hook)
+def decode_text(text: str, refs: dict | None = None):
+    """Inverse of :func:`encode_text` (sets/dicts come back as real sets/dicts); ``refs`` resolves ``$g``."""
+    return json.loads(text, object_hook=lambda o: _hook(o, refs))
+
+
+_PLAIN_NP = {"b": bool, "i": int, "u": int, "f": float, "c": complex}
+
+
+def _plain_hook(obj):
+    if len(obj) != 1:
+        raise NotPlain("a JSON object that is no tagged value")
+    (tag, val), = obj.items()
+    if tag == "$i" and type(val) is str:
+        return int(val, 16)
+    if tag == "$f" and val in ("inf", "-inf", "nan"):
+        return float(val)
+    if tag == "$b" and type(val) is str:
+        return bytes.fromhex(val)
+    if tag == "$c" and type(val) is list and len(val) == 2 and all(type(v) in (int, float) for v in val):
+        return complex(val[0], val[1])
+    if tag == "$t" and type(val) is list:
+        return tuple(val)
+    if tag == "$s" and type(val) is list:
+        return set(val)
+    if tag == "$d" and type(val) is list and all(type(kv) is list and len(kv) == 2 for kv in val):
+        return {k: v for k, v in val}
+    if tag == "$np" and type(val) is list and len(val) == 2 and type(val[0]) is str:
+        # A numpy scalar becomes the builtin number it stands for (np.float64 is a float already).
+        kind = {"bool": "b", "int": "i", "uint": "u", "float": "f", "complex": "c"}.get(val[0].rstrip("0123456789"))
+        if kind and type(val[1]) is _PLAIN_NP[kind] or kind == "f" and type(val[1]) is int:
+            return _PLAIN_NP[kind](val[1])
+    raise NotPlain(f"not plain data: {tag}")
+
+
+def decode_plain(text: str):
+    """Decode an untrusted encoding into builtin values only (None, bool, int, float, complex, str, bytes,
+    list, tuple, set, dict); any object, array or reference raises :class:`NotPlain`."""
+    return json.loads(text, object_hook=_plain_hook)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -212,6 +278,10 @@ def run_payload(payload: dict) -> None:  # pragma: no cover - exercised through 
         emit({"status": "pass", "token": token})
         exit_(0)
 
+    if payload["mode"] in ("record", "check"):
+        _run_tests(payload, program, g, emit, token)
+        exit_(0)
+
     class _Timeout(BaseException):
         pass
 
@@ -220,17 +290,20 @@ def run_payload(payload: dict) -> None:  # pragma: no cover - exercised through 
 
     try:
         exec(program, g)
-        fn = g[payload["entry_point"]]
+        if payload["mode"] == "calls":
+            exec(compile(payload.get("setup", ""), "setup.py", "exec"), g)
+            calls = decode_text(payload["calls"], refs=g)
+        else:
+            calls = [(payload["entry_point"], args, {}) for args in decode_text(payload["inputs"])]
     except BaseException as e:
         emit({"status": "fail", "error": type(e).__name__})
         exit_(0)
-    inputs = decode_text(payload["inputs"])
-    for i, args in enumerate(inputs):
+    for i, (name, args, kwargs) in enumerate(calls):
         signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, payload["time_limits"][i])
         t0 = time.perf_counter()
         try:
-            out = fn(*args)
+            out = g[name](*args, **kwargs)
             dt = time.perf_counter() - t0
             signal.setitimer(signal.ITIMER_REAL, 0)
             rec = {"i": i, "t": dt}
@@ -242,6 +315,67 @@ def run_payload(payload: dict) -> None:  # pragma: no cover - exercised through 
         emit(rec)
     emit({"status": "done", "token": token})
     exit_(0)
+
+
+class _Diverged(BaseException):
+    """The tests made a call the recording does not have (or a value was not plain): the check fails.
+
+    A BaseException, so a test's own ``except Exception`` cannot swallow it."""
+
+
+def _run_tests(payload, program, g, emit, token):  # pragma: no cover - runs in the sandbox
+    """``record``: the reference program answers each call live, every call is recorded; ``check``: no
+    program runs, each call is answered from ``payload["outputs"]`` after matching the recorded call."""
+    import time
+
+    record = payload["mode"] == "record"
+    t = {"__name__": "__tests__", "__builtins__": __builtins__}
+    calls, outputs, pos = payload.get("calls"), payload.get("outputs"), [0]
+    try:
+        exec(compile(payload.get("preamble", ""), "preamble.py", "exec"), t)
+        if record:
+            exec(program, g)
+            exec(compile(payload.get("setup", ""), "setup.py", "exec"), g)
+            by_id = {id(g[n]): n for n in payload["refs"]}
+        for n in payload["refs"]:
+            t[n] = g[n] if record else Ref(n)
+
+        def proxy(name):
+            def call(*args, **kwargs):
+                i = pos[0]
+                pos[0] += 1
+                a = encode_text([Ref(by_id[id(x)]) if record and id(x) in by_id else x for x in args], ordered=True)
+                k = encode_text(kwargs, ordered=True)
+                if record:
+                    t0 = time.perf_counter()
+                    out = g[name](*args, **kwargs)
+                    rec = {"i": i, "f": name, "a": a, "k": k, "t": time.perf_counter() - t0}
+                    rec.update(encode_output(out))
+                    emit(rec)
+                else:
+                    if i >= len(calls) or calls[i] != [name, a, k]:
+                        raise _Diverged(f"call {i} of {name} was not recorded")
+                    rec = outputs[i]
+                    if not isinstance(rec, dict) or not isinstance(rec.get("v"), str):
+                        raise _Diverged(f"call {i}: {'error' if 'error' in rec else 'no plain output'}")
+                if "v" not in rec:
+                    raise _Diverged(f"call {i}: output too large to replay")
+                try:
+                    return decode_plain(rec["v"])
+                except NotPlain as e:
+                    raise _Diverged(f"call {i}: {e}") from None
+            return call
+
+        for n in payload["proxies"]:
+            t[n] = proxy(n)
+        import random
+
+        random.seed(0)  # tests that draw unseeded random inputs (HumanEval/38, /53) draw the same ones again
+        exec(compile(payload["body"], "tests.py", "exec"), t)
+    except BaseException as e:  # SystemExit included
+        emit({"status": "fail", "error": type(e).__name__, "msg": str(e)[:300]})
+        return
+    emit({"status": "pass", "token": token, "calls": pos[0]})
 
 
 if __name__ == "__main__" and sys.argv[1:2] != ["--zygote"]:  # pragma: no cover

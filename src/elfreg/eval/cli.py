@@ -11,7 +11,7 @@ from .completions import CompletionsError, read_completions
 from .datasets import default_registry
 from .protocol import parse_ks, validate_ks
 from .report import markdown_table, write_reports
-from .sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig
+from .sandbox import ISOLATION_CHOICES, IsolationUnavailable, Sandbox, SandboxConfig
 from .scoring import ScoreOptions, score_completions
 
 
@@ -30,7 +30,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     sc.add_argument("--workers", type=int, default=2)
     sc.add_argument("--isolation", default="auto", choices=list(ISOLATION_CHOICES),
                     help="zygote: bwrap fork server per worker (fast; root); bwrap: fresh interpreter per "
-                         "program under bwrap; none: rlimits only; auto: the first that works")
+                         "program under bwrap; auto: the first of these that works, else refuse; none: opt out "
+                         "of isolation (rlimits only; reports say UNISOLATED)")
     sc.add_argument("--memory-gb", type=float, default=4.0)
     sc.add_argument("--min-time", type=float, default=4.0, help="per-test time floor in seconds (EvalPlus rule)")
     sc.add_argument("--time-factor", type=float, default=4.0, help="x the reference solution's time")
@@ -64,7 +65,11 @@ def run_score(args: argparse.Namespace) -> int:
                         progress=not args.no_progress, ks=ks)
     sandbox = None
     if bench.kind == "code":
-        sandbox = Sandbox(SandboxConfig(memory_bytes=int(args.memory_gb * (1 << 30)), isolation=args.isolation))
+        try:
+            sandbox = Sandbox(SandboxConfig(memory_bytes=int(args.memory_gb * (1 << 30)), isolation=args.isolation))
+        except IsolationUnavailable as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     summary = score_completions(bench, comps, Path(args.out) / "results.jsonl", opts, sandbox)
     summary["completions_file"] = str(args.completions)
     write_reports(summary, args.out)

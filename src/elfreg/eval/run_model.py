@@ -94,6 +94,8 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
         task = resolved.values["task"] or W_TASK[bench.kind]
         resolved = dataclasses.replace(resolved, values={**resolved.values, "task": task, "w": w_for_task(task)})
     problems = bench.problems[: args.limit] if args.limit else bench.problems
+    # Before any generation: code scoring refuses to run without isolation (unless --isolation none).
+    sandbox = Sandbox(SandboxConfig(isolation=args.isolation)) if bench.kind == "code" else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prompts_path, gens_path = out / "prompts.jsonl", out / "generations.jsonl"
@@ -104,11 +106,12 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     gen_args.out = str(gens_path)
     code = cmd_generate(gen_args)
     if code != 0:
+        if sandbox is not None:
+            sandbox.close()
         return code
     comps = completions_from_generations(gens_path)
     opts = ScoreOptions(workers=args.workers, allow_subset=args.limit is not None, time_rule=TimeRule(),
                         progress=not args.no_progress, ks=resolved.values["ks"])
-    sandbox = Sandbox(SandboxConfig(isolation=args.isolation)) if bench.kind == "code" else None
     try:
         summary = score_completions(bench, comps, out / "results.jsonl", opts, sandbox)
     finally:

@@ -12,7 +12,13 @@ Two ways to start the process (``SandboxConfig.isolation``):
 * ``zygote`` (default when root and bwrap work): one bwrap-isolated fork server per worker
   (:mod:`.zygote`), which forks a fresh child per program with new mount/IPC namespaces, fresh tmpfs
   directories, the private uid and the rlimits. Same isolation, a few milliseconds per program.
-* ``bwrap`` / ``none``: a fresh ``python -I`` per program, under bwrap or with rlimits only (~0.1 s each).
+* ``bwrap``: a fresh ``python -I`` per program under bwrap (~0.1 s each).
+* ``none``: an explicit opt-out, recorded as *unisolated*: a fresh ``python -I`` per program with the
+  rlimits only (plus, where ``unshare`` works, new network and PID namespaces; as root, the uid drop).
+
+``auto`` takes the first of ``zygote`` and ``bwrap`` that works and otherwise refuses
+(:class:`IsolationUnavailable`, saying how to install bubblewrap or to opt out): isolation is never lost
+silently.
 """
 
 from __future__ import annotations
@@ -43,6 +49,13 @@ _CHILD_SOURCE = (Path(__file__).with_name("_child.py")).read_text(encoding="utf-
 _UID_BASE = 1_000_000
 _MAX_SLOTS = 64
 ISOLATION_CHOICES = ("auto", "zygote", "bwrap", "none")
+INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora/RHEL: "
+                "`sudo dnf install bubblewrap`), or opt out with `--isolation none` (generated programs then run "
+                "with your user's rights; every report records the run as unisolated)")
+
+
+class IsolationUnavailable(RuntimeError):
+    """No isolating way to run programs works on this machine (and ``none`` was not chosen)."""
 
 
 @dataclass
@@ -55,6 +68,8 @@ class SandboxConfig:
     nproc: int = 64
     max_result_bytes: int = 256 << 20
     isolation: str = "auto"  # one of ISOLATION_CHOICES
+    # The bubblewrap executable (name on PATH or path); ELFREG_BWRAP overrides, e.g. to test a machine without it.
+    bwrap: str = field(default_factory=lambda: os.environ.get("ELFREG_BWRAP", "bwrap"))
     # The base interpreter, never a virtual environment's launcher: a venv may live under /tmp, which every
     # sandboxed program gets as a fresh tmpfs; the runner and the programs need the standard library only.
     python: str = field(default_factory=lambda: os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
@@ -72,17 +87,26 @@ class SandboxConfig:
 class Isolation:
     """What the sandbox actually provides on this machine (recorded in every report)."""
 
-    kind: str  # "bwrap" or "rlimits"
+    kind: str  # "bwrap" or "none" (rlimits only: unisolated)
     uid_drop: bool
     netns: bool
     reason: str = ""
     fork_server: bool = False  # bwrap fork server (zygote) instead of a fresh interpreter per program
 
+    pidns: bool = False
+
+    @property
+    def isolated(self) -> bool:
+        """Whether programs run isolated (bubblewrap); ``False`` is the explicit ``--isolation none``."""
+        return self.kind == "bwrap"
+
     def describe(self) -> str:
-        """One line for reports, e.g. ``bwrap+zygote+uid-drop``."""
-        parts = ([self.kind] + (["zygote"] if self.fork_server else []) + (["uid-drop"] if self.uid_drop else [])
-                 + (["netns"] if self.netns and self.kind != "bwrap" else []))
-        return "+".join(parts) + (f" ({self.reason})" if self.reason else "")
+        """One line for reports, e.g. ``bwrap+zygote+uid-drop`` or ``UNISOLATED none+rlimits+...``."""
+        parts = ([self.kind] + (["zygote"] if self.fork_server else []) + (["rlimits"] if not self.isolated else [])
+                 + (["uid-drop"] if self.uid_drop else [])
+                 + (["netns"] if self.netns and self.kind != "bwrap" else [])
+                 + (["pidns"] if self.pidns and self.kind != "bwrap" else []))
+        return ("" if self.isolated else "UNISOLATED ") + "+".join(parts) + (f" ({self.reason})" if self.reason else "")
 
 
 @dataclass
@@ -123,6 +147,8 @@ class Sandbox:
         self._zlock = threading.Lock()
         self._closer = weakref.finalize(self, _close_all, self._zygotes)
         self._root = os.geteuid() == 0
+        self._bwrap_exe = shutil.which(self.config.bwrap)
+        self._unshare: list[str] = []
         self.isolation = self._probe()
         log.info("sandbox isolation: %s", self.isolation.describe())
 
@@ -152,7 +178,7 @@ class Sandbox:
         return sorted(roots)
 
     def _bwrap_argv(self, uid_drop: bool, die_with_parent: bool = True) -> list[str]:
-        argv = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--new-session"]
+        argv = [self._bwrap_exe or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--new-session"]
         if die_with_parent:
             argv.append("--die-with-parent")
         if not self._root:
@@ -201,8 +227,8 @@ class Sandbox:
             iso = Isolation("bwrap", uid_drop=True, netns=True, fork_server=True)
             if not self._root:
                 reason = "fork server needs root (a private uid per program); "
-            elif shutil.which("bwrap") is None:
-                reason = "bwrap not installed; "
+            elif self._bwrap_exe is None:
+                reason = f"bubblewrap not found ({self.config.bwrap!r} is not on PATH); "
             else:
                 try:
                     res = self._run_zygote({"mode": "asserts", "program": "import socket", "tests": "pass"},
@@ -214,11 +240,12 @@ class Sandbox:
                     reason = f"fork server probe failed: {e}; "
                 _close_all(self._zygotes)
             if want == "zygote":
-                raise RuntimeError(f"isolation='zygote' requested but unavailable: {reason.strip('; ')}")
-            log.warning("sandbox: no fork server, a fresh interpreter per program: %s", reason.strip("; "))
+                raise IsolationUnavailable(f"isolation='zygote' requested but unavailable: {reason.strip('; ')}")
+            if self._root:
+                log.warning("sandbox: no fork server, a fresh interpreter per program: %s", reason.strip("; "))
         if want in ("auto", "bwrap"):
-            if shutil.which("bwrap") is None:
-                reason += "bwrap not installed"
+            if self._bwrap_exe is None:
+                reason = f"bubblewrap not found ({self.config.bwrap!r} is not on PATH)"
             else:
                 iso = Isolation("bwrap", uid_drop=self._root, netns=True)
                 try:
@@ -229,18 +256,30 @@ class Sandbox:
                     reason += f"bwrap probe failed (rc={res.returncode}): {getattr(res, 'stderr', '')[-300:]}"
                 except OSError as e:
                     reason += f"bwrap probe failed: {e}"
-            if want == "bwrap":
-                raise RuntimeError(f"isolation='bwrap' requested but unavailable: {reason}")
-            log.warning("sandbox: falling back to rlimits-only isolation: %s", reason)
-        else:
-            reason += "isolation=none requested"
+            raise IsolationUnavailable(f"no isolation for generated code on this machine: {reason.strip('; ')}. "
+                                       f"To score code, {INSTALL_HINT}.")
         uid_drop = self._root and all(os.stat(a).st_mode & 0o001 for a in
                                       _ancestors(os.path.realpath(self.config.python)))
-        netns = shutil.which("unshare") is not None and subprocess.run(
-            ["unshare", "-n" if self._root else "-rn", "true"], capture_output=True).returncode == 0
+        self._unshare = self._unshare_prefix()
+        reason = "isolation=none requested"
         if self._root and not uid_drop:
             reason += "; interpreter not reachable by an unprivileged uid, so no uid drop (no fork-bomb limit)"
-        return Isolation("rlimits", uid_drop=uid_drop, netns=netns, reason=reason.strip("; "))
+        log.warning("sandbox: generated programs run UNISOLATED (--isolation none): %s", reason)
+        return Isolation("none", uid_drop=uid_drop, netns=bool(self._unshare),
+                         pidns="-p" in self._unshare, reason=reason)
+
+    def _unshare_prefix(self) -> list[str]:
+        """``unshare`` flags that work here: new network and PID namespaces (a program then cannot name,
+        so cannot signal, the harness), else the network only, else none."""
+        exe = shutil.which("unshare")
+        if exe is None:
+            return []
+        user = [] if self._root else ["-r"]
+        for flags in (["-n", "-p", "-f", "--mount-proc"], ["-n"]):
+            argv = [exe, *user, *flags]
+            if subprocess.run(argv + ["true"], capture_output=True).returncode == 0:
+                return argv
+        return []
 
     # ------------------------------------------------------------------ running
     def _nproc_limit(self) -> int:
@@ -348,8 +387,7 @@ class Sandbox:
                 if uid is not None:
                     os.chown(workdir, uid, uid)
                 os.chmod(workdir, 0o700)
-                pre = (["unshare", "-n" if self._root else "-rn"] if iso.netns else [])
-                argv, cwd, env = pre + py, workdir, self._env(workdir)
+                argv, cwd, env = self._unshare + py, workdir, self._env(workdir)
             return self._communicate(argv, cwd, env, payload, deadline_s, record_deadlines, stop, uid)
         finally:
             if workdir is not None:

@@ -12,7 +12,7 @@ from tqdm import tqdm
 
 from .answers import extract_choice, extract_gsm8k, numbers_equal
 from .benchmark import Benchmark, Problem
-from .codecheck import DATASET_OF, ExpectedOutputs, TimeRule, run_asserts, run_io
+from .codecheck import DATASET_OF, ExpectedOutputs, ReplaySpec, TimeRule, run_io, run_tests
 from .codeprep import prepare_code
 from .completions import Completion
 from .mathcheck import verify_many
@@ -90,6 +90,28 @@ def _score_text(bench: Benchmark, items: list[tuple[Problem, Completion]], opts:
     return rows
 
 
+def score_program(bench: Benchmark, p: Problem, program: str, sandbox: Sandbox, exp: dict,
+                  rule: TimeRule) -> dict:
+    """Verdicts of one prepared program on ``p``'s test sets: ``{"base", ["plus"], "detail"}``.
+
+    ``exp`` is ``p``'s row of :class:`ExpectedOutputs`. Every verdict is reached outside the tested process."""
+    res: dict = {}
+    if p.tests is not None:
+        r = run_tests(sandbox, program, ReplaySpec.from_problem(p), exp, rule)
+        res["base"], res["detail"] = r.status, r.detail
+    else:
+        ds = DATASET_OF[bench.name] if bench.name in DATASET_OF else "mbpp" if "mbpp" in bench.name else ""
+        r = run_io(sandbox, program, p, ds, p.base_inputs or [], exp["base"], rule)
+        res["base"], res["detail"] = r.status, r.detail
+        if "plus" in bench.code_tests:
+            if r.passed:  # plus = base and plus inputs (EvalPlus); skip the plus run when base fails
+                r2 = run_io(sandbox, program, p, ds, p.plus_inputs or [], exp["plus"], rule)
+                res["plus"], res["detail"] = r2.status, r2.detail
+            else:
+                res["plus"] = "skipped"
+    return res
+
+
 def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, expected: ExpectedOutputs,
                 rule: TimeRule) -> dict:
     row: dict = {"task_id": c.task_id, "sample": c.sample}
@@ -108,20 +130,7 @@ def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, e
         if program in cache:
             row[mode] = cache[program]
             continue
-        res: dict = {}
-        if p.tests is not None:
-            r = run_asserts(sandbox, program, p.tests, min(rule.limit(exp["ref_time"]), rule.sample_cap_s))
-            res["base"], res["detail"] = r.status, r.detail
-        else:
-            ds = DATASET_OF[bench.name] if bench.name in DATASET_OF else "mbpp" if "mbpp" in bench.name else ""
-            r = run_io(sandbox, program, p, ds, p.base_inputs or [], exp["base"], rule)
-            res["base"], res["detail"] = r.status, r.detail
-            if "plus" in bench.code_tests:
-                if r.passed:  # plus = base and plus inputs (EvalPlus); skip the plus run when base fails
-                    r2 = run_io(sandbox, program, p, ds, p.plus_inputs or [], exp["plus"], rule)
-                    res["plus"], res["detail"] = r2.status, r2.detail
-                else:
-                    res["plus"] = "skipped"
+        res = score_program(bench, p, program, sandbox, exp, rule)
         cache[program] = res
         row[mode] = res
     return row
@@ -149,7 +158,7 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
                 futs = [ex.submit(_score_code, bench, bench.by_id[c.task_id], c, sandbox, expected, opts.time_rule)
                         for c in todo]
                 for f in tqdm(futs, disable=not opts.progress, desc=f"scoring {bench.name}"):
-                    results.add(f.result())
+                    results.add(dict(f.result(), isolation=isolation))  # each row says how it ran
         else:
             chunk = 256
             for i in tqdm(range(0, len(todo), chunk), disable=not opts.progress, desc=f"scoring {bench.name}"):
@@ -159,4 +168,11 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
         results.close()
     wanted = {(c.task_id, c.sample) for c in completions}
     rows = [r for k, r in results.rows.items() if k in wanted]
-    return build_summary(bench, rows, opts, isolation)
+    summary = build_summary(bench, rows, opts, isolation)
+    if bench.kind == "code":
+        # A resumed run may mix rows scored under different isolation: the report names all of them, and
+        # ``isolated`` is false as soon as one row ran unisolated (``--isolation none``) or is of unknown provenance.
+        seen = sorted({str(r.get("isolation")) for r in rows} | {str(isolation)})
+        summary["settings"]["isolation"] = " | ".join(seen)
+        summary["isolated"] = all(s.startswith("bwrap") for s in seen)
+    return summary
