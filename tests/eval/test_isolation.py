@@ -31,8 +31,6 @@ def test_without_bubblewrap_isolating_modes_refuse(monkeypatch, isolation):
 
 
 def _score_args(tmp_path, isolation, n=2):
-    import argparse
-
     comp = tmp_path / "c.jsonl"
     from elfreg.eval.datasets import load_benchmark
 
@@ -40,10 +38,12 @@ def _score_args(tmp_path, isolation, n=2):
     with open(comp, "w") as f:
         for p in bench.problems[:n]:
             f.write(json.dumps({"task_id": p.task_id, "completion": "def f(:\n", "sample": 0}) + "\n")
-    return argparse.Namespace(
-        benchmark="humaneval", data=data_file("humaneval"), completions=str(comp), out=str(tmp_path / "out"),
-        workers=1, isolation=isolation, memory_gb=1.0, min_time=4.0, time_factor=4.0, sample_cap=20.0,
-        cache_dir=str(tmp_path / "cache"), allow_subset=True, no_progress=True)
+    from elfreg.cli import build_parser
+
+    return build_parser().parse_args([
+        "eval", "score", "--benchmark", "humaneval", "--data", data_file("humaneval"), "--completions", str(comp),
+        "--out", str(tmp_path / "out"), "--workers", "1", "--isolation", isolation, "--memory-gb", "1.0",
+        "--cache-dir", str(tmp_path / "cache"), "--allow-subset", "--no-progress"])
 
 
 def test_code_scoring_refuses_without_isolation(tmp_path, monkeypatch, capsys):
