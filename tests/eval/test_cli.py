@@ -4,7 +4,6 @@ import json
 from elfreg.eval.cli import register
 from elfreg.eval.datasets import load_benchmark
 
-from ._shared import data_file
 
 
 def _parser():
@@ -14,7 +13,7 @@ def _parser():
 
 
 def test_score_writes_reports_and_resumes(tmp_path, capsys):
-    bench = load_benchmark("gsm8k", data_file("gsm8k"))
+    bench = load_benchmark("gsm8k")
     comp = tmp_path / "c.jsonl"
     with open(comp, "w") as f:
         for s in range(2):
@@ -22,7 +21,7 @@ def test_score_writes_reports_and_resumes(tmp_path, capsys):
                 text = p.reference if s == 0 else "The answer is 0.5"
                 f.write(json.dumps({"task_id": p.task_id, "completion": text, "sample": s}) + "\n")
     out = tmp_path / "out"
-    argv = ["eval", "score", "--benchmark", "gsm8k", "--data", data_file("gsm8k"), "--completions", str(comp),
+    argv = ["eval", "score", "--benchmark", "gsm8k", "--completions", str(comp),
             "--out", str(out), "--allow-subset", "--no-progress"]
     args = _parser().parse_args(argv)
     assert args.func(args) == 0
@@ -41,7 +40,7 @@ def test_score_writes_reports_and_resumes(tmp_path, capsys):
 def test_bad_completions_file_names_the_line(tmp_path, capsys):
     comp = tmp_path / "c.jsonl"
     comp.write_text('{"task_id": "gsm8k/0", "completion": "1", "sample": 0}\n{"task_id": "nope", "completion": "1"}\n')
-    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k", "--data", data_file("gsm8k"),
+    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k",
                                  "--completions", str(comp), "--out", str(tmp_path / "o")])
     assert args.func(args) == 2
     assert "c.jsonl:2: unknown task_id 'nope'" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Reference solutions / gold answers score 100% and wrong ones 0%, over the shared data (spec §6)."""
+"""Reference solutions / gold answers score 100% and wrong ones 0%, over the shipped benchmark files (spec §6)."""
 
 import os
 
@@ -8,7 +8,6 @@ from elfreg.eval.completions import Completion
 from elfreg.eval.datasets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 
-from ._shared import data_file
 
 SIZES = {"gsm8k": 1319, "math500": 500, "humaneval": 164, "humaneval_plus": 164, "mbpp": 500, "mbpp_plus": 378}
 
@@ -19,7 +18,7 @@ def cache_dir(tmp_path_factory):
 
 
 def _score(name, cache_dir, make, limit=None):
-    bench = load_benchmark(name, data_file(name))
+    bench = load_benchmark(name)
     probs = bench.problems[:limit] if limit else bench.problems
     comps = [Completion(p.task_id, 0, make(probs, i), i + 1) for i, p in enumerate(probs)]
     opts = ScoreOptions(workers=2, cache_dir=cache_dir, allow_subset=limit is not None, progress=False)
