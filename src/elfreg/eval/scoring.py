@@ -94,7 +94,8 @@ def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, e
         try:
             program, aliased = prepare_code(c.completion, p.entry_point or "", alias=mode == "alias",
                                             keep_all=bool(p.extra.get("keep_all")),
-                                            preamble=p.extra.get("preamble", ""))
+                                            preamble=p.extra.get("preamble", ""), fmt=c.format,
+                                            prompt=p.extra.get("code_prompt", ""))
         except Exception as e:  # noqa: BLE001 - the sanitizer choking on garbage is a failed sample
             row[mode] = {"base": "fail", "detail": f"sanitizer: {type(e).__name__}"}
             continue
@@ -154,4 +155,7 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
         results.close()
     wanted = {(c.task_id, c.sample) for c in completions}
     rows = [r for k, r in results.rows.items() if k in wanted]
-    return build_summary(bench, rows, opts, isolation)
+    summary = build_summary(bench, rows, opts, isolation)
+    summary["settings"]["sample_format"] = sorted({c.format for c in completions})
+    summary["data_version"] = bench.data_version  # None: not byte-identical to the shipped copy
+    return summary
