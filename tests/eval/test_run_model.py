@@ -37,6 +37,13 @@ def test_eval_run_generates_scores_and_resumes(tmp_path, tiny_lm_dir):
     assert summary["samples_per_problem"] == 2 and summary["problems"] == 3
     prompts = [json.loads(x) for x in (out / "prompts.jsonl").read_text().splitlines()]
     assert prompts[0]["prompt"] == "Question: what is 2 plus 3 ?\nAnswer:"
+    # the standard sample file: `completion` for a text benchmark, rescored identically by `eval score`
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 6 and set(samples[0]) == {"task_id", "completion", "sample"}
+    assert main(["eval", "score", "--benchmark", "gsm8k", "--data", str(data), "--completions",
+                 str(out / "samples.jsonl"), "--out", str(tmp_path / "rescore"), "--no-progress"]) == 0
+    rescored = json.loads((tmp_path / "rescore" / "summary.json").read_text())
+    assert rescored["metrics"]["accuracy"] == summary["metrics"]["accuracy"]
     # a second run resumes: nothing generated again
     assert main(argv) == 0
     assert (out / "generations.jsonl").read_text().splitlines() == gens
@@ -47,3 +54,16 @@ def test_eval_run_bad_limit(tmp_path, tiny_lm_dir, capsys):
     assert main(["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--out", str(tmp_path / "r"),
                  "--limit", "0"]) == 2
     assert "--limit" in capsys.readouterr().err
+
+
+def test_code_samples_are_written_as_solutions(tmp_path):
+    from elfreg.eval.completions import Completion, read_completions
+    from elfreg.eval.datasets import load_benchmark
+    from elfreg.eval.run_model import write_samples
+
+    bench = load_benchmark("humaneval")
+    comps = [Completion("HumanEval/0", 1, "def has_close_elements(n, t):\n    return False\n", 1)]
+    write_samples(bench, comps, tmp_path / "samples.jsonl")
+    back = read_completions(tmp_path / "samples.jsonl", set(bench.by_id))
+    assert [(c.task_id, c.sample, c.completion, c.format) for c in back] == [
+        ("HumanEval/0", 1, comps[0].completion, "solution")]

@@ -217,5 +217,5 @@ def default_registry() -> BenchmarkRegistry:
 
 
 def load_benchmark(name: str, path: str | None = None, registry: BenchmarkRegistry | None = None) -> Benchmark:
-    """Load a benchmark by name from ``path`` (default: the shared data folder)."""
+    """Load a benchmark by name from ``path`` (default: the copy shipped with elfreg)."""
     return (registry or default_registry()).load(name, path)
