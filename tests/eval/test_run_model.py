@@ -39,6 +39,13 @@ def test_eval_run_generates_scores_and_resumes(tmp_path, tiny_lm_dir):
     assert prompts[0]["prompt"] == "what is 2 plus 3 ?"   # the question; the model's template is applied once
     assert rec["prompt_format"] == "template" and rec["prompt_template"] == "Question: {question}\nAnswer:"
     assert summary["generation"]["prompt_template"] == "Question: {question}\nAnswer:"
+    # the standard sample file: `completion` for a text benchmark, rescored identically by `eval score`
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 6 and set(samples[0]) == {"task_id", "completion", "sample"}
+    assert main(["eval", "score", "--benchmark", "gsm8k", "--data", str(data), "--completions",
+                 str(out / "samples.jsonl"), "--out", str(tmp_path / "rescore"), "--no-progress"]) == 0
+    rescored = json.loads((tmp_path / "rescore" / "summary.json").read_text())
+    assert rescored["metrics"]["accuracy"] == summary["metrics"]["accuracy"]
     # a second run resumes: nothing generated again
     assert main(argv) == 0
     assert (out / "generations.jsonl").read_text().splitlines() == gens
@@ -95,3 +102,16 @@ def test_eval_run_bad_protocol_or_k_fails_before_any_work(tmp_path, tiny_lm_dir,
         assert main(base + ["--out", str(out)] + extra) == 2
         assert msg in capsys.readouterr().err
         assert not out.exists()  # nothing written, nothing generated
+
+
+def test_code_samples_are_written_as_solutions(tmp_path):
+    from elfreg.eval.completions import Completion, read_completions
+    from elfreg.eval.datasets import load_benchmark
+    from elfreg.eval.run_model import write_samples
+
+    bench = load_benchmark("humaneval")
+    comps = [Completion("HumanEval/0", 1, "def has_close_elements(n, t):\n    return False\n", 1)]
+    write_samples(bench, comps, tmp_path / "samples.jsonl")
+    back = read_completions(tmp_path / "samples.jsonl", set(bench.by_id))
+    assert [(c.task_id, c.sample, c.completion, c.format) for c in back] == [
+        ("HumanEval/0", 1, comps[0].completion, "solution")]

@@ -10,7 +10,6 @@ from elfreg.eval.datasets import load_benchmark
 from elfreg.eval.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
 from elfreg.eval.scoring import score_program
 
-from ._shared import data_file
 
 # A few tasks per benchmark: float tolerance (HumanEval/2), the find_zero special case (/32), unseeded random
 # inputs (/53), a dict argument whose order matters (/95), MBPP test setup objects (Mbpp/367), sets (Mbpp/2).
@@ -119,7 +118,7 @@ def benches(sandbox, tmp_path_factory):
     cache = tmp_path_factory.mktemp("elfreg-verdict-cache")
     out = {}
     for name, ids in TASKS.items():
-        bench = load_benchmark(name, data_file(name))
+        bench = load_benchmark(name)
         exp = ExpectedOutputs(bench, sandbox, cache).load_or_compute(progress=False, only=set(ids))
         out[name] = (bench, exp)
     return out

@@ -53,7 +53,7 @@ def cmd_decontaminate(args: argparse.Namespace) -> int:
 
     from elfreg.eval.datasets import default_data_dir
 
-    benchmarks = args.benchmarks or str(default_data_dir())  # the evaluation harness's search for shared/data
+    benchmarks = args.benchmarks or str(default_data_dir())  # the evaluation harness's files (shipped copies)
     specs = _specs(args)
     stats: dict[str, ReadStats] = {}
     report = DecontamReport(task=args.task)
@@ -139,8 +139,7 @@ def register(subparsers: Any) -> None:
     dec.add_argument("--output", required=True, help="cleaned JSONL (prompt/response/answer/id/source)")
     dec.add_argument("--report", required=True, help="JSON report of dropped rows and counts")
     dec.add_argument("--benchmarks", default=None,
-                     help="shared/data folder with the test sets (default: ELFREG_DATA_DIR, ELFREG_SHARED/data, "
-                          "../shared/data)")
+                     help="folder with the test sets (default: ELFREG_DATA_DIR, else the copies shipped with elfreg)")
     dec.add_argument("--ngram", type=int, default=8)
     dec.add_argument("--jaccard", type=float, default=0.5)
     from elfreg.data.decontam_code import CodeDecontamConfig  # light: no torch

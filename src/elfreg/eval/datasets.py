@@ -1,7 +1,9 @@
-"""Loaders for GSM8K, MATH-500, HumanEval(+), MBPP(+) and MMLU from local files (spec §6).
+"""Loaders for GSM8K, MATH-500, HumanEval(+), MBPP(+) and MMLU (spec §6).
 
-Default files live in ``<shared>/data`` (see its README for quirks); the folder is found from
-``ELFREG_DATA_DIR``, else ``ELFREG_SHARED/data``, else ``../shared/data`` from the working directory.
+The test sets ship with the package (``elfreg/eval/benchdata``; licences, versions and sha256 in its
+MANIFEST.json and README.md) and their sha256 is checked at every load. ``--data PATH`` loads another copy;
+``ELFREG_DATA_DIR`` points at a folder with the same layout (``.jsonl`` or ``.jsonl.gz``). A file that is
+not byte-identical to the pinned copy is loaded with a warning and recorded as such in the report.
 """
 
 from __future__ import annotations
@@ -10,43 +12,68 @@ import ast
 import csv
 import gzip
 import json
+import logging
 import os
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
 from . import prompts
 from .answers import extract_choice, extract_gsm8k
 from .benchmark import Benchmark, BenchmarkRegistry, Problem, sha256_file
+from .mbpp_inputs import deserialize_inputs
 
-DEFAULT_FILES = {
-    "gsm8k": "gsm8k/test.jsonl",
-    "math500": "math500/test.jsonl",
-    "humaneval": "humaneval/HumanEval.jsonl.gz",
-    "humaneval_plus": "humaneval_plus/HumanEvalPlus-v0.1.10.jsonl.gz",
-    "mbpp": "mbpp/mbpp.jsonl",
-    "mbpp_plus": "mbpp_plus/MbppPlus-v0.2.0.jsonl.gz",
-}
+log = logging.getLogger(__name__)
+
 MBPP_TEST_IDS = range(11, 511)
 
 
+@lru_cache(maxsize=1)
+def manifest() -> dict:
+    """The shipped benchmark files' manifest: name -> {file, rows, version, license, sha256, ...}."""
+    return json.loads(resources.files("elfreg.eval").joinpath("benchdata", "MANIFEST.json").read_text("utf-8"))[
+        "benchmarks"]
+
+
+DEFAULT_FILES = {name: entry["file"] for name, entry in manifest().items()}
+
+
+def packaged_data_dir() -> Path:
+    """The folder of the benchmark files shipped with elfreg."""
+    return Path(str(resources.files("elfreg.eval").joinpath("benchdata")))
+
+
 def default_data_dir() -> Path:
-    """Where the shared benchmark files are; raises FileNotFoundError naming the places tried."""
-    tried = []
-    for cand in (os.environ.get("ELFREG_DATA_DIR"),
-                 os.path.join(os.environ["ELFREG_SHARED"], "data") if os.environ.get("ELFREG_SHARED") else None,
-                 str(Path.cwd().parent / "shared" / "data"), str(Path.cwd() / "shared" / "data")):
-        if cand:
-            tried.append(cand)
-            if Path(cand).is_dir():
-                return Path(cand)
-    raise FileNotFoundError(f"benchmark data folder not found; set ELFREG_DATA_DIR (tried: {tried})")
+    """``ELFREG_DATA_DIR`` when set (it must exist), else the benchmark files shipped with the package."""
+    env = os.environ.get("ELFREG_DATA_DIR")
+    if env:
+        if not Path(env).is_dir():
+            raise FileNotFoundError(f"ELFREG_DATA_DIR={env} is not a folder")
+        return Path(env)
+    return packaged_data_dir()
 
 
-def _resolve(name: str, path: str | None) -> Path:
-    p = Path(path) if path else default_data_dir() / DEFAULT_FILES[name]
+def _resolve(name: str, path: str | None) -> tuple[Path, str, str | None]:
+    """(file, its sha256, the pinned version when the file is byte-identical to the shipped copy)."""
+    entry = manifest()[name]
+    if path:
+        p = Path(path)
+    else:
+        root = default_data_dir()
+        cands = [root / entry["file"], root / entry["file"].removesuffix(".gz")]
+        p = next((c for c in cands if c.exists()), cands[0])
     if not p.exists():
         raise FileNotFoundError(f"{name}: data file {p} does not exist")
-    return p
+    digest = sha256_file(p)
+    if digest in (entry["sha256"], entry["content_sha256"]):
+        return p, digest, entry["version"]
+    if not path and p.parent.parent == packaged_data_dir():
+        raise ValueError(f"{name}: shipped data file {p} is damaged (sha256 {digest}, expected {entry['sha256']}); "
+                         "reinstall elfreg")
+    log.warning("%s: %s is not the pinned %s copy (sha256 %s); scoring it as given", name, p, entry["version"],
+                digest[:16])
+    return p, digest, None
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:
@@ -63,41 +90,42 @@ def read_jsonl(path: Path) -> Iterator[dict]:
 
 def load_gsm8k(path: str | None = None) -> Benchmark:
     """GSM8K test (1,319): gold = number after ``####`` with thousands separators removed."""
-    p = _resolve("gsm8k", path)
+    p, digest, version = _resolve("gsm8k", path)
     probs = []
     for i, r in enumerate(read_jsonl(p)):
         gold = r["answer"].split("####")[-1].strip().replace(",", "")
         probs.append(Problem(task_id=f"gsm8k/{i}", question=r["question"], reference=r["answer"], answer=gold))
-    return Benchmark("gsm8k", "gsm8k", probs, str(p), sha256_file(p), prompts.gsm8k_prompt,
-                     answer_extractor=extract_gsm8k)
+    return Benchmark("gsm8k", "gsm8k", probs, str(p), digest, prompts.gsm8k_prompt,
+                     answer_extractor=extract_gsm8k, data_version=version)
 
 
 def load_math500(path: str | None = None) -> Benchmark:
     """MATH-500: gold = ``answer`` field, compared with math-verify."""
-    p = _resolve("math500", path)
+    p, digest, version = _resolve("math500", path)
     probs = [Problem(task_id=r["unique_id"], question=r["problem"], reference=r["solution"], answer=r["answer"],
                      extra={"subject": r.get("subject"), "level": r.get("level")}) for r in read_jsonl(p)]
-    return Benchmark("math500", "math", probs, str(p), sha256_file(p), prompts.math_prompt)
+    return Benchmark("math500", "math", probs, str(p), digest, prompts.math_prompt, data_version=version)
 
 
 def load_humaneval(path: str | None = None) -> Benchmark:
     """HumanEval (164): base tests = the ``test`` field's ``check(entry_point)``."""
-    p = _resolve("humaneval", path)
+    p, digest, version = _resolve("humaneval", path)
     probs = [Problem(task_id=r["task_id"], question=r["prompt"], reference=r["prompt"] + r["canonical_solution"],
                      entry_point=r["entry_point"], tests=f"{r['test']}\ncheck({r['entry_point']})\n",
-                     extra={"preamble": r["prompt"]}) for r in read_jsonl(p)]
-    return Benchmark("humaneval", "code", probs, str(p), sha256_file(p), prompts.humaneval_prompt,
-                     code_tests=("base",))
+                     extra={"preamble": r["prompt"], "code_prompt": r["prompt"]}) for r in read_jsonl(p)]
+    return Benchmark("humaneval", "code", probs, str(p), digest, prompts.humaneval_prompt,
+                     code_tests=("base",), data_version=version)
 
 
 def load_humaneval_plus(path: str | None = None) -> Benchmark:
     """HumanEval+ v0.1.10: base = EvalPlus ``base_input``, plus = base + ``plus_input`` (differential)."""
-    p = _resolve("humaneval_plus", path)
+    p, digest, version = _resolve("humaneval_plus", path)
     probs = [Problem(task_id=r["task_id"], question=r["prompt"], reference=r["prompt"] + r["canonical_solution"],
                      entry_point=r["entry_point"], base_inputs=r["base_input"], plus_inputs=r["plus_input"] or [],
-                     atol=float(r["atol"]), extra={"preamble": r["prompt"]}) for r in read_jsonl(p)]
-    return Benchmark("humaneval_plus", "code", probs, str(p), sha256_file(p), prompts.humaneval_prompt,
-                     code_tests=("base", "plus"))
+                     atol=float(r["atol"]), extra={"preamble": r["prompt"], "code_prompt": r["prompt"]})
+             for r in read_jsonl(p)]
+    return Benchmark("humaneval_plus", "code", probs, str(p), digest, prompts.humaneval_prompt,
+                     code_tests=("base", "plus"), data_version=version)
 
 
 def mbpp_entry_point(test: str) -> str:
@@ -111,7 +139,7 @@ def mbpp_entry_point(test: str) -> str:
 
 def load_mbpp(path: str | None = None) -> Benchmark:
     """MBPP test split (task_id 11-510, 500 problems): program = code, then test_setup_code, then asserts."""
-    p = _resolve("mbpp", path)
+    p, digest, version = _resolve("mbpp", path)
     probs = []
     for r in read_jsonl(p):
         if r["task_id"] not in MBPP_TEST_IDS:
@@ -121,28 +149,28 @@ def load_mbpp(path: str | None = None) -> Benchmark:
         probs.append(Problem(task_id=f"Mbpp/{r['task_id']}", question=q, reference=r["code"],
                              entry_point=mbpp_entry_point(r["test_list"][0]),
                              tests=f"{r.get('test_setup_code') or ''}\n{tests}\n",
-                             extra={"keep_all": bool((r.get("test_setup_code") or "").strip())}))
+                             extra={"keep_all": bool((r.get("test_setup_code") or "").strip()),
+                                    "code_prompt": f'"""\n{r["text"]}\n{r["test_list"][0]}\n"""\n'}))
     if len(probs) != len(MBPP_TEST_IDS) and path is None:
         raise ValueError(f"{p}: expected 500 MBPP test problems (ids 11-510), found {len(probs)}")
-    return Benchmark("mbpp", "code", probs, str(p), sha256_file(p), prompts.mbpp_prompt, code_tests=("base",))
+    return Benchmark("mbpp", "code", probs, str(p), digest, prompts.mbpp_prompt, code_tests=("base",),
+                     data_version=version)
 
 
 def load_mbpp_plus(path: str | None = None) -> Benchmark:
-    """MBPP+ v0.2.0 (378): EvalPlus inputs, deserialised with evalplus' own per-task rules."""
-    from evalplus.data.mbpp import mbpp_deserialize_inputs
-
-    p = _resolve("mbpp_plus", path)
+    """MBPP+ v0.2.0 (378): EvalPlus inputs, with their tuples/sets restored per task (:mod:`.mbpp_inputs`)."""
+    p, digest, version = _resolve("mbpp_plus", path)
     probs = []
     for r in read_jsonl(p):
         q = r["prompt"].strip().strip('"').strip()
         plus = r["plus_input"] or []  # Mbpp/793 stores an empty dict
         probs.append(Problem(task_id=r["task_id"], question=q, reference=r["canonical_solution"],
                              entry_point=r["entry_point"],
-                             base_inputs=mbpp_deserialize_inputs(r["task_id"], r["base_input"]),
-                             plus_inputs=mbpp_deserialize_inputs(r["task_id"], plus) if plus else [],
-                             atol=float(r["atol"])))
-    return Benchmark("mbpp_plus", "code", probs, str(p), sha256_file(p), prompts.mbpp_prompt,
-                     code_tests=("base", "plus"))
+                             base_inputs=deserialize_inputs(r["task_id"], r["base_input"]),
+                             plus_inputs=deserialize_inputs(r["task_id"], plus) if plus else [],
+                             atol=float(r["atol"]), extra={"code_prompt": r["prompt"]}))
+    return Benchmark("mbpp_plus", "code", probs, str(p), digest, prompts.mbpp_prompt,
+                     code_tests=("base", "plus"), data_version=version)
 
 
 def load_mmlu(path: str | None = None) -> Benchmark:
@@ -189,5 +217,5 @@ def default_registry() -> BenchmarkRegistry:
 
 
 def load_benchmark(name: str, path: str | None = None, registry: BenchmarkRegistry | None = None) -> Benchmark:
-    """Load a benchmark by name from ``path`` (default: the shared data folder)."""
+    """Load a benchmark by name from ``path`` (default: the copy shipped with elfreg)."""
     return (registry or default_registry()).load(name, path)

@@ -18,7 +18,7 @@ def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for pkg in ("evalplus", "math-verify", "elfreg"):
+    for pkg in ("tree-sitter", "tree-sitter-python", "math-verify", "elfreg"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
@@ -73,7 +73,7 @@ def build_summary(bench: Benchmark, rows: list[dict], opts, isolation: str | Non
         "pass_at_k": {"ks": list(ks), "dropped_ks": list(dropped),
                       "ks_from": "ScoreOptions.ks" if opts.ks is not None else "default (the paper's ks)"},
         "settings": {**opts_d, "isolation": isolation, "prompt_format": f"elfreg.eval.prompts ({bench.name})",
-                     "sanitizer": "evalplus.sanitize.sanitize" if bench.kind == "code" else None},
+                     "sanitizer": "elfreg.eval.sanitize (EvalPlus 0.3.1 behaviour)" if bench.kind == "code" else None},
         "versions": _versions(), "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
 

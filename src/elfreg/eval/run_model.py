@@ -1,8 +1,9 @@
 """`elfreg eval run`: generate with an elfreg model on a benchmark, then score with the same protocol as `score`.
 
 The run folder holds prompts.jsonl (the benchmark's questions; the model's saved prompt template is put around
-each at generation and recorded with every sample as ``prompt_template``), generations.jsonl (one record per sample with every
-sampler setting, resumable), results.jsonl, summary.json and summary.md. Re-running the same command resumes:
+each at generation and recorded with every sample as ``prompt_template``), generations.jsonl (one record per sample
+with every sampler setting, resumable), samples.jsonl (the standard sample file: ``solution`` for code), results.jsonl,
+summary.json and summary.md. Re-running the same command resumes:
 samples already generated are not generated again, problems already scored are not scored again.
 """
 
@@ -35,7 +36,7 @@ def register_run(sub) -> None:
     p = sub.add_parser("run", help="generate with an elfreg model on a benchmark, then score it")
     p.add_argument("--model", required=True, help="model folder or hub id (ElfModel.from_pretrained)")
     p.add_argument("--benchmark", required=True, help=f"one of {', '.join(default_registry().names())}")
-    p.add_argument("--data", default=None, help="benchmark file (default: the shared data folder)")
+    p.add_argument("--data", default=None, help="benchmark file (default: the copy shipped with elfreg)")
     p.add_argument("--out", required=True, help="run folder")
     p.add_argument("--limit", type=int, default=None, help="only the first N problems (reported as a subset)")
     p.add_argument("--workers", type=int, default=2, help="scoring workers")
@@ -57,7 +58,8 @@ def write_prompts(bench, problems, path: Path) -> None:
 
 
 def completions_from_generations(path: Path) -> list[Completion]:
-    """Generation records -> completions keyed by (task id, sample index)."""
+    """Generation records -> samples keyed by (task id, sample index); elfreg's models answer code prompts
+    with a whole program, so code samples are ``solution`` (self-contained) samples."""
     out = []
     with open(path, encoding="utf-8") as f:
         for n, raw in enumerate(f, 1):
@@ -66,6 +68,14 @@ def completions_from_generations(path: Path) -> list[Completion]:
                 out.append(Completion(task_id=str(rec["prompt_id"]), sample=int(rec["sample_index"]),
                                       completion=rec["response"], line=n))
     return out
+
+
+def write_samples(bench, comps: list[Completion], path: Path) -> None:
+    """The samples in the standard format ``eval score`` and EvalPlus read: ``solution`` for code, else
+    ``completion`` (written atomically)."""
+    field = "solution" if bench.kind == "code" else "completion"
+    lines = [json.dumps({"task_id": c.task_id, field: c.completion, "sample": c.sample}) for c in comps]
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def generation_settings(path: Path) -> dict:
@@ -110,6 +120,7 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
             sandbox.close()
         return code
     comps = completions_from_generations(gens_path)
+    write_samples(bench, comps, out / "samples.jsonl")
     opts = ScoreOptions(workers=args.workers, allow_subset=args.limit is not None, time_rule=TimeRule(),
                         progress=not args.no_progress, ks=resolved.values["ks"])
     try:

@@ -121,7 +121,8 @@ def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, e
         try:
             program, aliased = prepare_code(c.completion, p.entry_point or "", alias=mode == "alias",
                                             keep_all=bool(p.extra.get("keep_all")),
-                                            preamble=p.extra.get("preamble", ""))
+                                            preamble=p.extra.get("preamble", ""), fmt=c.format,
+                                            prompt=p.extra.get("code_prompt", ""))
         except Exception as e:  # noqa: BLE001 - the sanitizer choking on garbage is a failed sample
             row[mode] = {"base": "fail", "detail": f"sanitizer: {type(e).__name__}"}
             continue
@@ -175,4 +176,6 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
         seen = sorted({str(r.get("isolation")) for r in rows} | {str(isolation)})
         summary["settings"]["isolation"] = " | ".join(seen)
         summary["isolated"] = all(s.startswith("bwrap") for s in seen)
+    summary["settings"]["sample_format"] = sorted({c.format for c in completions})
+    summary["data_version"] = bench.data_version  # None: not byte-identical to the shipped copy
     return summary
