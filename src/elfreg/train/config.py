@@ -47,6 +47,9 @@ class TrainConfig:
     save_every: int = 1000  # optimiser steps between checkpoints (a final one is always written)
     keep_last: int = 3
     stats_canvases: int = 1024  # canvases used to estimate the standardisation statistics
+    # positions of x the statistics come from: "unpadded" (response content + its EOS) or "response" (also every
+    # EOS-padding position); measured on the demo, see docs/training.md "Standardisation statistics"
+    stats_positions: Literal["response", "unpadded"] = "unpadded"
     match_backbones: bool = True  # take feature/teacher/reg widths and vocab size from the loaded backbones
     init_from: str | None = None  # model folder or checkpoint to start from (MATH starts from GSM8K)
     tensorboard: bool = False
@@ -56,6 +59,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "log_every", "save_every", "keep_last", "stats_canvases"):
             check(getattr(self, name) >= 1, f"train.{name}", f"must be >= 1, got {getattr(self, name)}")
+        check(self.stats_positions in ("response", "unpadded"), "train.stats_positions",
+              f"unknown {self.stats_positions!r}; choose 'unpadded' or 'response'")
         check(self.lr > 0, "train.lr", "must be positive")
         check(self.warmup_steps >= 0, "train.warmup_steps", "must be >= 0")
         check(self.clip_grad >= 0, "train.clip_grad", "must be >= 0 (0 disables clipping)")

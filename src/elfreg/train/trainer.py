@@ -174,7 +174,8 @@ class Trainer:
                                 self.need_teacher, cfg.data.on_bad_row)
         m = cfg.model
         acc = StatsAccumulator.for_dims(m.feature_dim, m.reg_dim if m.extra_token == "reg" else None,
-                                        m.teacher_dim if cfg.backbones.standardize_teacher else None)
+                                        m.teacher_dim if cfg.backbones.standardize_teacher else None,
+                                        cfg.train.stats_positions, self.backbones.tokenizer.eos_token_id)
         seen = 0
         while seen < cfg.train.stats_canvases:
             nb = src.next_batch(1)
