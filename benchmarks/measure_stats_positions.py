@@ -12,6 +12,7 @@ and budgets, so the statistics are the only difference.
     PYTHONPATH=src python benchmarks/measure_stats_positions.py --compare runs/stats-response runs/stats-unpadded
 
 Demo settings can be changed with ``key=value`` overrides as for ``elfreg demo`` (e.g. ``train.steps=500``).
+``--eval-checkpoint DIR/ELF-REG/ckpt-<step>`` scores a checkpoint of a run stopped early instead of training.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src")]
 
 
-def measure(positions: str, out: Path, threads: int, overrides: list[str]) -> dict:
+def measure(positions: str, out: Path, threads: int, overrides: list[str], eval_checkpoint: Path | None = None) -> dict:
     """Train ELF-REG with the given statistics positions and score early-stop at the main NFE over the seeds."""
     import torch
 
@@ -69,9 +70,16 @@ def measure(positions: str, out: Path, threads: int, overrides: list[str]) -> di
     rcfg = run_config(cfg, "ELF-REG", bcfg, head_ids, dims, progress=False)
     rcfg = dataclasses.replace(rcfg, train=dataclasses.replace(rcfg.train, stats_positions=positions))
     t0 = time.perf_counter()
-    res = Trainer(rcfg, out / "ELF-REG", backbones=backbones, dataset=features).run()
+    if eval_checkpoint is None:
+        res = Trainer(rcfg, out / "ELF-REG", backbones=backbones, dataset=features).run()
+        model_dir, steps = res.model_dir, res.step
+    else:  # score a checkpoint of a run stopped early (its EMA weights, model/ inside the checkpoint)
+        model_dir = eval_checkpoint / "model"
+        steps = json.loads((eval_checkpoint / "train_state.json").read_text())["step"]
     train_s = time.perf_counter() - t0
-    model = ElfModel.from_pretrained(res.model_dir)
+    model = ElfModel.from_pretrained(model_dir)
+    if model.config.model != rcfg.model:
+        raise ValueError(f"{model_dir}: not a model of this measurement's config")
     model.attach_backbones(backbones)
     x, mask, _ = model.encode_prompts([apply_template(r, "math")[0] for r in test_rows])
     ev = cfg.eval
@@ -83,7 +91,7 @@ def measure(positions: str, out: Path, threads: int, overrides: list[str]) -> di
         cell["acc"].append(sum(right) / len(right))
         cell["correct"].append(right)
     cell["mean"] = sum(cell["acc"]) / len(cell["acc"])
-    result = {"stats_positions": positions, "steps": res.step, "train_seconds": train_s, "threads": threads,
+    result = {"stats_positions": positions, "steps": steps, "train_seconds": train_s, "threads": threads,
               "padding_share_of_response_positions": padding_share, "overrides": overrides, "cell": cell}
     (out / "stats_measure.json").write_text(json.dumps(result, indent=2))
     return result
@@ -110,6 +118,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"))
+    ap.add_argument("--eval-checkpoint", type=Path, help="score this ckpt-<step> folder of an earlier run instead of "
+                                                         "training (a run stopped before its last step)")
     ap.add_argument("overrides", nargs="*", metavar="key=value")
     args = ap.parse_args()
     if args.compare:
@@ -117,7 +127,7 @@ def main() -> None:
         return
     if not args.positions or not args.out:
         ap.error("--positions and --out are required (or --compare A B)")
-    r = measure(args.positions, args.out, args.threads, args.overrides)
+    r = measure(args.positions, args.out, args.threads, args.overrides, args.eval_checkpoint)
     print(json.dumps({k: v for k, v in r.items() if k != "cell"} | {"acc": r["cell"]["acc"]}, indent=2))
 
 

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from elfreg.atomic import atomic_write, atomic_write_text
-from elfreg.data import CanvasBatch, CanvasConfig, collate
+from elfreg.data import CanvasBatch, CanvasConfig, CanvasStats, collate
 from elfreg.objective import TrainBatch
 from elfreg.stats import FeatureStats, RunningStats
 
@@ -126,9 +126,11 @@ def cache_key(backbone_cfg, canvas_cfg: CanvasConfig, task: str, data_hash: str,
 class CachedFeatures:
     """A finite data set of raw features (fp16 on disk, fp32 in memory), indexable into TrainBatches."""
 
-    def __init__(self, tensors: dict[str, Tensor], folder: Path | None = None) -> None:
+    def __init__(self, tensors: dict[str, Tensor], folder: Path | None = None,
+                 overflow: CanvasStats | None = None) -> None:
         self.tensors = tensors
         self.folder = folder
+        self.overflow = overflow if overflow is not None else CanvasStats(kept=len(self))  # rows skipped at build
 
     def __len__(self) -> int:
         return int(self.tensors["tokens"].shape[0])
@@ -162,11 +164,13 @@ class CachedFeatures:
         if manifest.is_file():
             meta = json.loads(manifest.read_text())
             parts = [load_file(str(folder / name)) for name in meta["shards"]]
-            return cls({k: torch.cat([p[k] for p in parts]) for k in parts[0]}, folder)
+            overflow = CanvasStats(*meta["overflow"]) if "overflow" in meta else None
+            return cls({k: torch.cat([p[k] for p in parts]) for k in parts[0]}, folder, overflow)
         canvases = []
+        overflow = CanvasStats()
         for r in rows:
             prompt, response = apply_template(r, task)
-            c = build_canvas(prompt, response, backbones.tokenizer, canvas_cfg)
+            c = build_canvas(prompt, response, backbones.tokenizer, canvas_cfg, overflow)
             if c is not None:
                 canvases.append(c)
         if not canvases:
@@ -188,6 +192,12 @@ class CachedFeatures:
             part = {k: v[s:s + shard_rows].contiguous() for k, v in tensors.items()}
             atomic_write(folder / name, lambda p, part=part: save_file(part, str(p)))
             shards.append(name)
-        atomic_write_text(manifest, json.dumps({"version": CACHE_VERSION, "rows": len(canvases),
-                                                "shards": shards}, indent=2))
-        return cls({k: v for k, v in tensors.items()}, folder)
+        atomic_write_text(manifest, json.dumps({"version": CACHE_VERSION, "rows": len(canvases), "shards": shards,
+                                                "overflow": [overflow.kept, overflow.prompt_too_long,
+                                                             overflow.canvas_too_long]}, indent=2))
+        return cls({k: v for k, v in tensors.items()}, folder, overflow)
+
+    def token_counts(self, eos_id: int) -> Tensor:
+        """(rows,) prompt + response + EOS tokens of every row: the paper's count, no EOS padding (spec §7)."""
+        t = self.tensors
+        return (t["prompt_mask"] | unpadded_response_mask(t["tokens"], t["prompt_mask"], eos_id)).sum(1)
