@@ -61,7 +61,7 @@ def test_ablation_changes_only_its_switches(name):
 
 def test_math_starts_from_gsm8k_and_elf_l_uses_fsdp():
     cfg = load_run_config(ROOT / "math" / "elf-reg-l.yaml")
-    assert cfg.train.init_from == "runs/gsm8k-elf-reg-l/model"
+    assert cfg.train.init_from == "runs/gsm8k-elf-reg-l/epoch-7.5" and cfg.train.epochs == 8
     assert cfg.train.parallel == "fsdp" and cfg.model.width == 1280 and cfg.model.repa_block == 8
     assert load_run_config(ROOT / "code" / "elf-b.yaml").model.max_prompt_len == 512
 
