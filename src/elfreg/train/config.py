@@ -106,7 +106,7 @@ class DataConfig:
     task: Literal["math", "code"] = "math"
     sources: list[dict] = field(default_factory=list)  # SourceSpec mappings (see docs/data.md)
     shuffle_buffer: int = 10_000
-    epochs: int | None = None  # None: loop until train.steps
+    epochs: int | None = None  # caps the stream; None: loop until the run's length (train.steps or train.epochs)
     on_bad_row: Literal["error", "skip"] = "error"
     features: Literal["online", "cached"] = "online"  # cached: extract once to cache_dir, reuse (finite data only)
     cache_dir: str | None = None  # cached mode; default <output>/feature-cache
