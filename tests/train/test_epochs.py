@@ -133,3 +133,20 @@ def test_overflow_over_the_bound_stops_the_run(tmp_path, tiny_lm_dir):
                                                                        "canvas.max_overflow_fraction": 0.2}))
     res = train(cfg, tmp_path / "allowed")  # 56 examples: the whole first pass over the 61 rows was read
     assert res.summary["overflow_skipped"] >= 6 and res.summary["overflow_fraction"] <= 0.2
+
+
+def test_feature_cache_counts_overflow_and_plans_from_its_rows(tmp_path, tiny_lm_dir):
+    from elfreg.backbones import Backbones
+    from elfreg.train.features import CachedFeatures
+
+    cfg = epoch_cfg(tiny_lm_dir, data_file(tmp_path), **{"train.epochs": 1.5, "data.features": "cached"})
+    backbones = Backbones(cfg.backbones)
+    rows = sum_rows() + [LONG] * 2
+    ds = CachedFeatures.build_or_load(rows, backbones, cfg.canvas_config(), tmp_path / "cache", progress=False)
+    again = CachedFeatures.build_or_load(rows, backbones, cfg.canvas_config(), tmp_path / "cache", progress=False)
+    for d in (ds, again):  # counted at build, kept in the manifest
+        assert (len(d), d.overflow.kept, d.overflow.prompt_too_long, d.overflow.canvas_too_long) == (55, 55, 2, 0)
+    assert ds.token_counts(backbones.tokenizer.eos_token_id).tolist() == [16] * 55
+    t = Trainer(cfg, tmp_path / "run", backbones=backbones, dataset=ds)
+    assert t.total_steps == 11 and t.plan.rows == 55 and t.plan.overflow_prompt == 2  # ceil(1.5 x 55 / 8)
+    assert t.plan.tokens_per_epoch == 55 * 16 and t.warmup_steps == 3
