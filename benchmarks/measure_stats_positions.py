@@ -93,6 +93,7 @@ def measure(positions: str, out: Path, threads: int, overrides: list[str], eval_
     cell["mean"] = sum(cell["acc"]) / len(cell["acc"])
     result = {"stats_positions": positions, "steps": steps, "train_seconds": train_s, "threads": threads,
               "padding_share_of_response_positions": padding_share, "overrides": overrides, "cell": cell}
+    out.mkdir(parents=True, exist_ok=True)
     (out / "stats_measure.json").write_text(json.dumps(result, indent=2))
     return result
 
