@@ -150,3 +150,11 @@ def test_feature_cache_counts_overflow_and_plans_from_its_rows(tmp_path, tiny_lm
     t = Trainer(cfg, tmp_path / "run", backbones=backbones, dataset=ds)
     assert t.total_steps == 11 and t.plan.rows == 55 and t.plan.overflow_prompt == 2  # ceil(1.5 x 55 / 8)
     assert t.plan.tokens_per_epoch == 55 * 16 and t.warmup_steps == 3
+
+
+def test_a_bad_row_found_while_counting_is_a_clear_error(tmp_path, tiny_lm_dir):
+    data = tmp_path / "bad.jsonl"
+    data.write_text(json.dumps(sum_rows()[0]) + "\n" + json.dumps({"prompt": "what is 1 ?", "response": "1"}) + "\n")
+    with pytest.raises(ValueError, match=r"counting the training rows failed: BadRowError: .*bad.jsonl"):
+        Trainer(epoch_cfg(tiny_lm_dir, data, **{"train.epochs": 1}), tmp_path / "run")
+    assert "error" in json.loads((tmp_path / "run" / "data_counts.json").read_text())  # recounted next time

@@ -216,10 +216,17 @@ class Trainer:
                           cfg.backbones.encoder_gguf_file, cfg.train.seed], sort_keys=True)
         if self.info.is_main:
             saved = json.loads(path.read_text()) if path.is_file() else {}
-            if saved.get("key") != key:
-                atomic_write_text(path, json.dumps({"key": key, **count_rows(cfg, self.backbones.tokenizer)}))
+            if saved.get("key") != key or "error" in saved:
+                try:
+                    counts = count_rows(cfg, self.backbones.tokenizer)
+                except (ValueError, OSError) as exc:  # every rank raises it after the barrier (none waits forever)
+                    counts = {"error": f"{type(exc).__name__}: {exc}"}
+                atomic_write_text(path, json.dumps({"key": key, **counts}))
         barrier(self.info)
-        plan = plan_from_counts(cfg, json.loads(path.read_text()))
+        counts = json.loads(path.read_text())
+        if "error" in counts:
+            raise ValueError(f"counting the training rows failed: {counts['error']}")
+        plan = plan_from_counts(cfg, counts)
         if self.info.is_main:
             atomic_write_text(self.output / "plan.json", plan.to_json())
         return plan
