@@ -227,7 +227,8 @@ def format_plan(plan: TrainPlan) -> str:
         ("tokens (prompt + response + EOS, no padding)", _num(plan.tokens),
          (_num(own) + (f" (+{_num(p['init_tokens'])} of the init = {_num(paper_tokens)})"
                        if p.get("init_tokens") else "")) if own else ""),
-        ("warm-up", f"{plan.warmup_steps:,} steps ({plan.warmup_fraction:.2%} of the run)", ""),
+        ("warm-up", f"{plan.warmup_steps:,} step{'' if plan.warmup_steps == 1 else 's'} "
+                    f"({plan.warmup_fraction:.2%} of the run)", ""),
     ]
     for e, s in plan.epoch_steps.items():
         rows.append((f"checkpoint kept at epoch {e}", f"step {s:,}", ""))
