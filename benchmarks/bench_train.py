@@ -48,9 +48,11 @@ def main() -> None:
     hist = res.history[args.warmup:]
     t_feat = sum(h["time_features"] for h in hist)
     t_upd = sum(h["time_update"] for h in hist)
-    tokens = sum(h["tokens"] for h in hist)
+    tokens = sum(h["canvas_tokens"] for h in hist)
+    text_tokens = sum(h["tokens"] for h in hist)
     print(f"steps measured      {len(hist)} (batch {args.batch} x canvas 64, {args.threads} thread(s), CPU)")
-    print(f"tokens/s            {tokens / (t_feat + t_upd):,.0f}")
+    print(f"tokens/s            {tokens / (t_feat + t_upd):,.0f} canvas positions, "
+          f"{text_tokens / (t_feat + t_upd):,.0f} prompt + response + EOS (the paper's count)")
     print(f"step time           {1000 * (t_feat + t_upd) / len(hist):.1f} ms")
     print(f"encoder+teacher     {100 * t_feat / (t_feat + t_upd):.1f} % of step time "
           f"(online features: canvas + tokenizer + frozen forward)")

@@ -110,7 +110,8 @@ class ObjectiveConfig:
     self_cond_prob: float = 0.5
     w_min: float = 0.5
     w_max: float = 5.0
-    w_law: Literal["uniform", "log_uniform"] = "uniform"  # paper: U[w_min, w_max]; ELF code: 1+w log-uniform
+    # paper: only the range [0.5, 5]; spec: U[w_min, w_max] (default); ELF code: 1+w log-uniform (flow.sample_w)
+    w_law: Literal["uniform", "log_uniform"] = "uniform"
     repa_weight: float = 0.5
     reg_weight: float = 0.1
     use_repa: bool = True  # needs model.repa

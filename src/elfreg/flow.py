@@ -40,8 +40,15 @@ def sample_t(n: int, mean: float, std: float, generator: torch.Generator | None 
 def sample_w(n: int, w_min: float, w_max: float, law: str, generator: torch.Generator | None = None) -> Tensor:
     """Self-conditioning guidance scales w, shape (n,) (spec §4).
 
-    ``uniform``: w ~ U[w_min, w_max] (the paper). ``log_uniform``: 1 + w log-uniform on [1 + w_min, 1 + w_max]
-    (the ELF reference code).
+    What the sources say: the paper (seeds/002, eqs. 7-8, p. 18) states only a range, "the training guidance
+    scale is sampled in [0.5, 5.0]", with no law; the spec writes w ~ U[0.5, 5.0]; the ELF reference code draws
+    1 + w log-uniform on [1.5, 6] (reference facts §3.1). Both laws cover that range:
+
+    ``uniform`` (default): w ~ U[w_min, w_max]. Default because the spec, this project's statement of the method,
+    writes it and the paper's range does not contradict it. Median 2.75.
+    ``log_uniform``: 1 + w log-uniform on [1 + w_min, 1 + w_max], as the ELF code the paper builds on; more mass at
+    small w (median 2.0 on [0.5, 5]). Choose it with ``objective.w_law: log_uniform`` to match that code.
+    The inference scales (w = 3 for GSM8K, 2 otherwise) lie inside the range under either law.
     """
     u = torch.rand(n, generator=generator)
     if law == "uniform":

@@ -38,15 +38,18 @@ def two_procs(tmp_path, overrides, name):
 def test_ddp_two_ranks_match_single_process(tmp_path, tiny_lm_dir, sums_jsonl):
     # fp32 Newton–Schulz (reference Muon): torch.optim.Muon's bf16 orthogonalisation turns float reduction-order
     # differences into ~1e-5 weight differences per step, which would need a looser tolerance.
-    over = tiny_overrides(tiny_lm_dir, sums_jsonl, **{"train.steps": 4, "train.batch_size": 8, "train.save_every": 2,
-                                                      "train.muon_impl": "reference"})
+    # an epoch budget (0.5 x 55 rows / 8 = 4 steps) with a kept epoch: rank 0 counts the rows, both ranks plan
+    over = tiny_overrides(tiny_lm_dir, sums_jsonl, **{"train.steps": "null", "train.epochs": 0.5,
+                                                      "train.keep_epochs": "[0.25]", "train.batch_size": 8,
+                                                      "train.save_every": 2, "train.muon_impl": "reference"})
     ref, ref_loss = single(tmp_path, over)
     (w0, w1), (l0, l1) = two_procs(tmp_path, over, "ddp")
     for k in ref:
         assert torch.equal(w0[k], w1[k]), f"ranks differ at {k}"
         torch.testing.assert_close(w0[k], ref[k], rtol=1e-4, atol=1e-5, msg=f"DDP vs single at {k}")
     torch.testing.assert_close(l0, ref_loss, rtol=1e-5, atol=1e-6)
-    assert torch.equal(l0, l1)
+    assert torch.equal(l0, l1) and len(l0) == 4
+    assert (tmp_path / "ddp-out" / "epoch-0.25" / "COMPLETE").is_file()
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from elfreg.data import BadRowError, CanvasConfig, ExampleStream, build_canvas, collate
+from elfreg.data import BadRowError, CanvasConfig, CanvasStats, ExampleStream, build_canvas, collate
 from elfreg.data.templates import apply_template
 from elfreg.objective import TrainBatch
 from elfreg.train.features import CachedFeatures, raw_batch
@@ -25,6 +25,7 @@ class StreamBatches:
         self.stream, self.task, self.backbones = stream, task, backbones
         self.canvas_cfg, self.need_teacher, self.on_bad_row = canvas_cfg, need_teacher, on_bad_row
         self.epoch, self.count = stream.epoch, 0  # examples this rank has taken in this epoch
+        self.overflow = CanvasStats()  # this rank's rows kept / skipped for overflow so far (resumed with the data)
 
     def _next_canvas(self):
         while True:
@@ -39,7 +40,7 @@ class StreamBatches:
                 if self.on_bad_row == "error":
                     raise
                 continue
-            canvas = build_canvas(prompt, response, self.backbones.tokenizer, self.canvas_cfg)
+            canvas = build_canvas(prompt, response, self.backbones.tokenizer, self.canvas_cfg, self.overflow)
             if canvas is not None:
                 return key, canvas
 
@@ -55,11 +56,14 @@ class StreamBatches:
         return raw_batch(self.backbones, collate([c for _, c in items]), self.need_teacher), keys
 
     def state_dict(self) -> dict[str, Any]:
-        return {"stream": self.stream.state_dict(), "epoch": self.epoch, "count": self.count}
+        o = self.overflow
+        return {"stream": self.stream.state_dict(), "epoch": self.epoch, "count": self.count,
+                "overflow": [o.kept, o.prompt_too_long, o.canvas_too_long]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.stream.load_state_dict(state["stream"])
         self.epoch, self.count = state["epoch"], state["count"]
+        self.overflow = CanvasStats(*state.get("overflow", (0, 0, 0)))
 
 
 class CachedBatches:

@@ -77,8 +77,10 @@ def unflatten_optimizer(tensors: dict[str, Tensor], meta: dict[str, Any]) -> dic
     return out
 
 
-def write_checkpoint(output: Path, step: int, files: dict[str, Any], keep_last: int) -> Path:
-    """Write one checkpoint atomically (temporary folder + rename) and keep only the newest ``keep_last``.
+def write_checkpoint(output: Path, step: int, files: dict[str, Any], keep_last: int,
+                     protect: set[int] | frozenset[int] = frozenset()) -> Path:
+    """Write one checkpoint atomically (temporary folder + rename) and keep only the newest ``keep_last``
+    (checkpoints of the steps in ``protect`` — the kept epochs — are never pruned).
 
     ``files`` maps a relative name to a callable ``write(path)`` (or, for ``model``, ``write(folder)``).
     """
@@ -100,9 +102,22 @@ def write_checkpoint(output: Path, step: int, files: dict[str, Any], keep_last: 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for _, old in list_checkpoints(output)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+    for old_step, old in list_checkpoints(output)[:-keep_last]:
+        if old_step not in protect:
+            shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def link_epoch(output: Path, key: str, ckpt: Path) -> Path:
+    """``epoch-<key>`` -> the checkpoint folder, a relative symlink replaced atomically (e.g. epoch-7.5)."""
+    link = Path(output) / f"epoch-{key}"
+    tmp = Path(output) / f".tmp-epoch-{key}-{os.getpid()}"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    os.symlink(Path(ckpt).name, tmp)
+    os.replace(tmp, link)
+    _fsync_dir(output)
+    return link
 
 
 def clean_temporaries(output: Path) -> None:

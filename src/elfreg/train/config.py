@@ -24,11 +24,18 @@ class TrainConfig:
     """
 
     seed: int = 42
-    steps: int = 100_000  # optimiser steps (the run also ends when the data runs out)
+    # The run's length: exactly one of steps / epochs (spec §7: the paper gives epochs). Epochs count passes over
+    # the rows that fit the canvas: steps = ceil(epochs × rows / (batch_size × grad_accum)) (elfreg.train.plan).
+    steps: int | None = None  # optimiser steps (the run also ends when the data runs out)
+    epochs: float | None = None  # fractional allowed (7.5)
     batch_size: int = 512  # examples per micro-step over all ranks (the reference's global batch)
     grad_accum: int = 1  # micro-steps per optimiser step
     lr: float = 2e-3
-    warmup_steps: int = 5000  # linear warmup from 0, then constant
+    # linear warmup from 0, then constant (reference §3.7); at most one of the two. warmup_epochs is the
+    # reference's epoch-based form (0.5 epoch on OWT) and scales with the data: round(epochs × rows / batch) steps
+    warmup_steps: int | None = 5000
+    warmup_epochs: float | None = None
+    keep_epochs: list[float] = field(default_factory=list)  # checkpoints kept (never pruned) at these epochs
     clip_grad: float = 1.0  # global gradient norm; 0 disables
     ema_decay: float = 0.9999  # short runs need less (e.g. 0.99)
     optimizer: Literal["muon", "adamw"] = "muon"  # muon: Muon on 2-D weight matrices, AdamW on the rest
@@ -47,17 +54,36 @@ class TrainConfig:
     save_every: int = 1000  # optimiser steps between checkpoints (a final one is always written)
     keep_last: int = 3
     stats_canvases: int = 1024  # canvases used to estimate the standardisation statistics
+    # positions of x the statistics come from: "unpadded" (response content + its EOS) or "response" (also every
+    # EOS-padding position); measured on the demo, see docs/training.md "Standardisation statistics"
+    stats_positions: Literal["response", "unpadded"] = "unpadded"
     match_backbones: bool = True  # take feature/teacher/reg widths and vocab size from the loaded backbones
-    init_from: str | None = None  # model folder or checkpoint to start from (MATH starts from GSM8K)
+    init_from: str | None = None  # model folder or checkpoint to start from (MATH: the GSM8K run's epoch-7.5)
     tensorboard: bool = False
     wandb_project: str | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "grad_accum", "log_every", "save_every", "keep_last", "stats_canvases"):
+        for name in ("batch_size", "grad_accum", "log_every", "save_every", "keep_last", "stats_canvases"):
             check(getattr(self, name) >= 1, f"train.{name}", f"must be >= 1, got {getattr(self, name)}")
+        check(self.steps is None or self.epochs is None, "train.epochs",
+              f"train.steps ({self.steps}) and train.epochs ({self.epochs}) are both set; give the run's length "
+              "once (set the other to null)")
+        check(self.steps is None or self.steps >= 1, "train.steps", f"must be >= 1 or null, got {self.steps}")
+        check(self.epochs is None or self.epochs > 0, "train.epochs", f"must be > 0 or null, got {self.epochs}")
+        check(self.warmup_steps is None or self.warmup_epochs is None, "train.warmup_epochs",
+              f"train.warmup_steps ({self.warmup_steps}) and train.warmup_epochs ({self.warmup_epochs}) are both "
+              "set; give the warm-up once (set the other to null)")
+        check(self.warmup_epochs is None or self.warmup_epochs >= 0, "train.warmup_epochs", "must be >= 0 or null")
+        for e in self.keep_epochs:
+            check(isinstance(e, (int, float)) and e > 0, "train.keep_epochs", f"epochs must be > 0, got {e!r}")
+            if self.epochs is not None:  # with train.steps the plan checks it (it needs the row count)
+                check(e <= self.epochs, "train.keep_epochs", f"epoch {e:g} is beyond the run's train.epochs = "
+                                                            f"{self.epochs:g}")
+        check(self.stats_positions in ("response", "unpadded"), "train.stats_positions",
+              f"unknown {self.stats_positions!r}; choose 'unpadded' or 'response'")
         check(self.lr > 0, "train.lr", "must be positive")
-        check(self.warmup_steps >= 0, "train.warmup_steps", "must be >= 0")
+        check(self.warmup_steps is None or self.warmup_steps >= 0, "train.warmup_steps", "must be >= 0 or null")
         check(self.clip_grad >= 0, "train.clip_grad", "must be >= 0 (0 disables clipping)")
         check(0.0 <= self.ema_decay < 1.0, "train.ema_decay", f"must lie in [0, 1), got {self.ema_decay}")
         check(0.0 <= self.muon_momentum < 1.0, "train.muon_momentum", "must lie in [0, 1)")
@@ -80,7 +106,7 @@ class DataConfig:
     task: Literal["math", "code"] = "math"
     sources: list[dict] = field(default_factory=list)  # SourceSpec mappings (see docs/data.md)
     shuffle_buffer: int = 10_000
-    epochs: int | None = None  # None: loop until train.steps
+    epochs: int | None = None  # caps the stream; None: loop until the run's length (train.steps or train.epochs)
     on_bad_row: Literal["error", "skip"] = "error"
     features: Literal["online", "cached"] = "online"  # cached: extract once to cache_dir, reuse (finite data only)
     cache_dir: str | None = None  # cached mode; default <output>/feature-cache
@@ -116,9 +142,34 @@ class CanvasSection:
 
     overflow: Literal["error", "skip"] = "skip"
     add_special_tokens: bool = False
+    # a run stops with an error when more than this share of the rows read is skipped for overflow: a wrong canvas
+    # size, prompt cap or tokenizer skips most rows, the data's long tail a few percent
+    max_overflow_fraction: float = 0.05
+    overflow_check_rows: int = 1000  # during a run, the bound is checked once this many rows were read
 
     def __post_init__(self) -> None:
         check(self.overflow in ("error", "skip"), "canvas.overflow", f"unknown {self.overflow!r}")
+        check(0.0 <= self.max_overflow_fraction <= 1.0, "canvas.max_overflow_fraction",
+              f"must lie in [0, 1], got {self.max_overflow_fraction}")
+        check(self.overflow_check_rows >= 1, "canvas.overflow_check_rows", "must be >= 1")
+
+
+@dataclass
+class PaperBudget:
+    """The paper's figures for a preset (data, not logic): printed beside the plan by ``elfreg train --dry-run``."""
+
+    rows: int | None = None  # rows after filtering
+    epochs: float | None = None
+    tokens: float | None = None  # prompt + response + EOS, no padding, over the whole run
+    init_tokens: float | None = None  # part of ``tokens`` spent by the run it starts from (MATH: 7.5 GSM8K epochs)
+    global_batch: int | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        check(self.rows is None or self.rows >= 1, "paper.rows", "must be >= 1")
+        check(self.tokens is None or self.tokens > 0, "paper.tokens", "must be > 0")
+        check(self.init_tokens is None or self.tokens is not None and 0 <= self.init_tokens < self.tokens,
+              "paper.init_tokens", "must lie in [0, paper.tokens)")
 
 
 @dataclass
@@ -131,9 +182,12 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     canvas: CanvasSection = field(default_factory=CanvasSection)
+    paper: PaperBudget | None = None
 
     def __post_init__(self) -> None:
         self.objective.check_model(self.model)
+        check(self.train.epochs is None or self.data.epochs is None, "data.epochs",
+              "caps the data stream; leave it null when train.epochs sets the run's length")
 
     def elf_config(self) -> ElfRegConfig:
         """The model-defining part, as saved in model folders."""

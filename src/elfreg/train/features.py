@@ -1,8 +1,8 @@
 """Frozen features for training: online (backbones run on every batch) or cached on disk (spec §2).
 
-Backbones give raw states; the student sees x and r standardised with the model's statistics (x_stats over
-response positions, reg_stats over REG targets, estimated once from the first K training canvases) and raw
-teacher REPA states unless ``backbones.standardize_teacher``.
+Backbones give raw states; the student sees x and r standardised with the model's statistics (x_stats over the
+response positions ``train.stats_positions`` names, reg_stats over REG targets, estimated once from the first K
+training canvases) and raw teacher REPA states unless ``backbones.standardize_teacher``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from elfreg.atomic import atomic_write, atomic_write_text
-from elfreg.data import CanvasBatch, CanvasConfig, collate
+from elfreg.data import CanvasBatch, CanvasConfig, CanvasStats, collate
 from elfreg.objective import TrainBatch
 from elfreg.stats import FeatureStats, RunningStats
 
@@ -45,20 +45,55 @@ def standardize_batch(raw: TrainBatch, x_stats: FeatureStats, reg_stats: Feature
         teacher_at_source=ts(raw.teacher_at_source))
 
 
+STATS_POSITIONS = ("response", "unpadded")
+
+
+def unpadded_response_mask(tokens: Tensor, prompt_mask: Tensor, eos_id: int) -> Tensor:
+    """(B, L) bool: response content plus the response's own EOS (the first EOS after the prompt); no EOS padding.
+
+    These are the positions the paper's token budgets count on the response side (spec §7).
+    """
+    response = ~prompt_mask
+    eos = (tokens == eos_id) & response
+    pos = torch.arange(tokens.shape[1], device=tokens.device).expand_as(tokens)
+    first_eos = torch.where(eos, pos, tokens.shape[1]).min(dim=1, keepdim=True).values
+    return response & (pos <= first_eos)
+
+
 @dataclass
 class StatsAccumulator:
-    """Running statistics of x (response positions), reg (REG targets) and optionally teacher (content positions)."""
+    """Running statistics of x, reg (REG targets) and optionally teacher (content positions).
+
+    x comes from the positions ``positions`` names: "response" = every response position (content, EOS, EOS
+    padding), "unpadded" = response content + its EOS only (needs ``eos_id``). See docs/training.md for the choice.
+    """
 
     x: RunningStats
     reg: RunningStats | None = None
     teacher: RunningStats | None = None
+    positions: str = "unpadded"
+    eos_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.positions not in STATS_POSITIONS:
+            raise ValueError(f"train.stats_positions: unknown {self.positions!r}; choose from {STATS_POSITIONS}")
+        if self.positions == "unpadded" and self.eos_id is None:
+            raise ValueError("train.stats_positions 'unpadded' needs the tokenizer's eos_token_id")
 
     @classmethod
-    def for_dims(cls, d: int, d_r: int | None, d_t: int | None) -> "StatsAccumulator":
-        return cls(RunningStats(d), RunningStats(d_r) if d_r else None, RunningStats(d_t) if d_t else None)
+    def for_dims(cls, d: int, d_r: int | None, d_t: int | None, positions: str = "unpadded",
+                 eos_id: int | None = None) -> "StatsAccumulator":
+        return cls(RunningStats(d), RunningStats(d_r) if d_r else None, RunningStats(d_t) if d_t else None,
+                   positions, eos_id)
+
+    def x_mask(self, raw: TrainBatch) -> Tensor:
+        """(B, L) bool: the positions whose x enter the statistics."""
+        if self.positions == "response":
+            return ~raw.prompt_mask
+        return unpadded_response_mask(raw.tokens, raw.prompt_mask, self.eos_id)
 
     def update(self, raw: TrainBatch) -> None:
-        self.x.update(raw.x, ~raw.prompt_mask)
+        self.x.update(raw.x, self.x_mask(raw))
         if self.reg is not None and raw.reg is not None:
             self.reg.update(raw.reg)
         if self.teacher is not None and raw.teacher is not None:
@@ -91,9 +126,11 @@ def cache_key(backbone_cfg, canvas_cfg: CanvasConfig, task: str, data_hash: str,
 class CachedFeatures:
     """A finite data set of raw features (fp16 on disk, fp32 in memory), indexable into TrainBatches."""
 
-    def __init__(self, tensors: dict[str, Tensor], folder: Path | None = None) -> None:
+    def __init__(self, tensors: dict[str, Tensor], folder: Path | None = None,
+                 overflow: CanvasStats | None = None) -> None:
         self.tensors = tensors
         self.folder = folder
+        self.overflow = overflow if overflow is not None else CanvasStats(kept=len(self))  # rows skipped at build
 
     def __len__(self) -> int:
         return int(self.tensors["tokens"].shape[0])
@@ -127,11 +164,13 @@ class CachedFeatures:
         if manifest.is_file():
             meta = json.loads(manifest.read_text())
             parts = [load_file(str(folder / name)) for name in meta["shards"]]
-            return cls({k: torch.cat([p[k] for p in parts]) for k in parts[0]}, folder)
+            overflow = CanvasStats(*meta["overflow"]) if "overflow" in meta else None
+            return cls({k: torch.cat([p[k] for p in parts]) for k in parts[0]}, folder, overflow)
         canvases = []
+        overflow = CanvasStats()
         for r in rows:
             prompt, response = apply_template(r, task)
-            c = build_canvas(prompt, response, backbones.tokenizer, canvas_cfg)
+            c = build_canvas(prompt, response, backbones.tokenizer, canvas_cfg, overflow)
             if c is not None:
                 canvases.append(c)
         if not canvases:
@@ -153,6 +192,12 @@ class CachedFeatures:
             part = {k: v[s:s + shard_rows].contiguous() for k, v in tensors.items()}
             atomic_write(folder / name, lambda p, part=part: save_file(part, str(p)))
             shards.append(name)
-        atomic_write_text(manifest, json.dumps({"version": CACHE_VERSION, "rows": len(canvases),
-                                                "shards": shards}, indent=2))
-        return cls({k: v for k, v in tensors.items()}, folder)
+        atomic_write_text(manifest, json.dumps({"version": CACHE_VERSION, "rows": len(canvases), "shards": shards,
+                                                "overflow": [overflow.kept, overflow.prompt_too_long,
+                                                             overflow.canvas_too_long]}, indent=2))
+        return cls({k: v for k, v in tensors.items()}, folder, overflow)
+
+    def token_counts(self, eos_id: int) -> Tensor:
+        """(rows,) prompt + response + EOS tokens of every row: the paper's count, no EOS padding (spec §7)."""
+        t = self.tensors
+        return (t["prompt_mask"] | unpadded_response_mask(t["tokens"], t["prompt_mask"], eos_id)).sum(1)

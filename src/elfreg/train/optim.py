@@ -162,11 +162,15 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig) -> Optimizers:
     return Optimizers(opts)
 
 
-def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate of optimiser step ``step`` (0-based): linear warmup to cfg.lr over warmup_steps, then constant."""
-    if cfg.warmup_steps == 0:
+def lr_at(step: int, cfg: TrainConfig, warmup_steps: int | None = None) -> float:
+    """Learning rate of optimiser step ``step`` (0-based): linear warmup to cfg.lr over the warm-up, then constant.
+
+    ``warmup_steps``: the run's resolved warm-up (the plan's, when it is given in epochs); default cfg.warmup_steps.
+    """
+    warmup = cfg.warmup_steps if warmup_steps is None else warmup_steps
+    if not warmup:
         return cfg.lr
-    return cfg.lr * min(1.0, (step + 1) / cfg.warmup_steps)
+    return cfg.lr * min(1.0, (step + 1) / warmup)
 
 
 class EMA:

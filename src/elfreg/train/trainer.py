@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from elfreg.atomic import atomic_write_text
-from elfreg.configtools import dump_yaml, to_dict
+from elfreg.configtools import ConfigError, dump_yaml, to_dict
 from elfreg.data.templates import prompt_template
 from elfreg.hub import ElfModel
 from elfreg.objective import draw, loss_counts
@@ -28,9 +28,10 @@ from elfreg.stats import FeatureStats
 from elfreg.train import checkpoint as ck
 from elfreg.train.config import RunConfig
 from elfreg.train.dist import DistInfo, all_reduce_sum, barrier, init_distributed, resolve_device, wrap
-from elfreg.train.features import CachedFeatures, StatsAccumulator, standardize_batch
+from elfreg.train.features import CachedFeatures, StatsAccumulator, standardize_batch, unpadded_response_mask
 from elfreg.train.metrics import MetricsLog
 from elfreg.train.optim import EMA, build_optimizers, lr_at
+from elfreg.train.plan import TrainPlan, check_overflow, count_lengths, make_plan
 from elfreg.train.rng import example_generators
 
 SUM_TERMS = ("loss", "loss_elf", "loss_repa", "loss_reg")  # global-count contributions: summed
@@ -48,6 +49,51 @@ class TrainResult:
     model_dir: Path | None
     last_checkpoint: Path | None
     history: list[dict] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)  # also written as summary.json: steps, epochs, tokens, overflow
+
+
+def run_stream(cfg: RunConfig, rank: int = 0, world: int = 1, epochs: int | None | str = "cfg"):
+    """The run's ExampleStream (``{shared}`` in a path is $ELFREG_SHARED, else ../shared)."""
+    import os
+
+    from elfreg.data import ExampleStream
+
+    d = cfg.data
+    if not d.sources:
+        raise ValueError("data.sources is empty: name at least one source (see docs/data.md)")
+    specs = d.source_specs(os.environ.get("ELFREG_SHARED") or str(Path.cwd().parent / "shared"))
+    return ExampleStream(specs, cfg.train.seed, d.shuffle_buffer, d.epochs if epochs == "cfg" else epochs, rank, world)
+
+
+def count_rows(cfg: RunConfig, tokenizer) -> dict:
+    """One pass over the run's data (one epoch, no shuffle buffer): the token counts the plan needs."""
+    d = cfg.data
+    stream = run_stream(dataclasses.replace(cfg, data=dataclasses.replace(d, shuffle_buffer=1)), epochs=1)
+    lengths = count_lengths(stream, d.task, tokenizer, cfg.canvas.add_special_tokens, d.on_bad_row)
+    prompt_over, canvas_over = lengths.overflow(cfg.model.max_len, cfg.model.max_prompt_len)
+    fits = ~(prompt_over | canvas_over)
+    per_row = lengths.prompt[fits] + lengths.response[fits] + 1
+    return dict(rows=int(fits.sum()), overflow=[int(prompt_over.sum()), int(canvas_over.sum())],
+                tokens_per_epoch=int(per_row.sum()), max_tokens=int(per_row.max()) if fits.any() else 0,
+                rows_read=lengths.rows_read, bad_rows=lengths.bad_rows)
+
+
+def plan_from_counts(cfg: RunConfig, counts: dict) -> TrainPlan:
+    """make_plan from count_rows' (or a feature cache's) counts."""
+    plan = make_plan(cfg, rows=counts["rows"], overflow=tuple(counts["overflow"]),
+                     tokens_per_epoch=counts["tokens_per_epoch"], max_tokens=counts["max_tokens"])
+    plan.rows_read, plan.bad_rows = counts.get("rows_read", plan.rows_read), counts.get("bad_rows", 0)
+    return plan
+
+
+def plan_run(cfg: RunConfig, tokenizer=None) -> TrainPlan:
+    """The plan of a run without training (``elfreg train --dry-run``): only the tokenizer is loaded."""
+    if tokenizer is None:
+        from elfreg.backbones import load_tokenizer
+
+        b = cfg.backbones
+        tokenizer = load_tokenizer(b.encoder, b.encoder_gguf_file, b.revision)
+    return plan_from_counts(cfg, count_rows(cfg, tokenizer))
 
 
 def _full(t: Tensor) -> Tensor:
@@ -126,6 +172,12 @@ class Trainer:
         self.resume_from = ck.latest_checkpoint(self.output) if resume == "auto" else None
         self.dataset = dataset
         self.batches = self._make_batches()
+        self.plan = self._make_plan()
+        self.total_steps = self.plan.steps if self.plan is not None else tc.steps
+        if self.total_steps is None:
+            raise ConfigError("train: set train.steps or train.epochs (the run's length)")
+        self.warmup_steps = self.plan.warmup_steps if self.plan is not None else (tc.warmup_steps or 0)
+        self.epoch_steps = self.plan.epoch_steps if self.plan is not None else {}
         self._build_model()
 
     # -- setup ----------------------------------------------------------------------------------------------------
@@ -142,16 +194,43 @@ class Trainer:
                              cfg.canvas_config(), self.need_teacher, cfg.data.on_bad_row)
 
     def _stream(self, rank: int, world: int, epochs: int | None | str = "cfg"):
-        import os
+        return run_stream(self.cfg, rank, world, epochs)
 
-        from elfreg.data import ExampleStream
+    def _make_plan(self) -> TrainPlan | None:
+        """The plan (rows, tokens, steps, warm-up, epoch checkpoints), before any work; None for a streamed run
+        whose budget needs no row count (steps, warm-up in steps, no epoch checkpoints): no pass over the data then.
 
-        d = self.cfg.data
-        if not d.sources:
-            raise ValueError("data.sources is empty: name at least one source (see docs/data.md)")
-        specs = d.source_specs(os.environ.get("ELFREG_SHARED") or str(Path.cwd().parent / "shared"))
-        return ExampleStream(specs, self.cfg.train.seed, d.shuffle_buffer, d.epochs if epochs == "cfg" else epochs,
-                             rank, world)
+        A streamed run counts its rows once (rank 0) into ``data_counts.json``; a resumed run reuses it.
+        """
+        cfg, tc = self.cfg, self.cfg.train
+        eos = self.backbones.tokenizer.eos_token_id
+        if self.dataset is not None:
+            per_row = self.dataset.token_counts(eos)
+            o = self.dataset.overflow
+            counts = dict(rows=len(self.dataset), overflow=[o.prompt_too_long, o.canvas_too_long],
+                          tokens_per_epoch=int(per_row.sum()), max_tokens=int(per_row.max()))
+            return plan_from_counts(cfg, counts)
+        if tc.epochs is None and tc.warmup_epochs is None and not tc.keep_epochs:
+            return None
+        path = self.output / "data_counts.json"
+        key = json.dumps([to_dict(cfg.data), to_dict(cfg.canvas_config()), cfg.backbones.encoder,
+                          cfg.backbones.encoder_gguf_file, cfg.train.seed], sort_keys=True)
+        if self.info.is_main:
+            saved = json.loads(path.read_text()) if path.is_file() else {}
+            if saved.get("key") != key or "error" in saved:
+                try:
+                    counts = count_rows(cfg, self.backbones.tokenizer)
+                except (ValueError, OSError) as exc:  # every rank raises it after the barrier (none waits forever)
+                    counts = {"error": f"{type(exc).__name__}: {exc}"}
+                atomic_write_text(path, json.dumps({"key": key, **counts}))
+        barrier(self.info)
+        counts = json.loads(path.read_text())
+        if "error" in counts:
+            raise ValueError(f"counting the training rows failed: {counts['error']}")
+        plan = plan_from_counts(cfg, counts)
+        if self.info.is_main:
+            atomic_write_text(self.output / "plan.json", plan.to_json())
+        return plan
 
     def _build_cache(self) -> CachedFeatures:
         rows = list(self._stream(0, 1, epochs=1))
@@ -175,7 +254,8 @@ class Trainer:
                                 self.need_teacher, cfg.data.on_bad_row)
         m = cfg.model
         acc = StatsAccumulator.for_dims(m.feature_dim, m.reg_dim if m.extra_token == "reg" else None,
-                                        m.teacher_dim if cfg.backbones.standardize_teacher else None)
+                                        m.teacher_dim if cfg.backbones.standardize_teacher else None,
+                                        cfg.train.stats_positions, self.backbones.tokenizer.eos_token_id)
         seen = 0
         while seen < cfg.train.stats_canvases:
             nb = src.next_batch(1)
@@ -280,6 +360,9 @@ class Trainer:
         if micro is None:
             return None
         t1 = time.perf_counter()
+        eos = self.backbones.tokenizer.eos_token_id
+        local_tokens = sum(int((b.prompt_mask | unpadded_response_mask(b.tokens, b.prompt_mask, eos)).sum())
+                           for b, _ in micro)
         counts = {}
         for batch, draws in micro:
             for k, v in loss_counts(batch, draws, cfg.objective, cfg.model.extra_token).items():
@@ -287,7 +370,7 @@ class Trainer:
         names = sorted(counts)
         total = all_reduce_sum(torch.stack([counts[k].float() for k in names]), info)
         counts = {k: total[i] for i, k in enumerate(names)}
-        self.optim.set_lr(lr_at(step, cfg.train))
+        self.optim.set_lr(lr_at(step, cfg.train, self.warmup_steps))
         self.optim.zero_grad()
         sums = torch.zeros(len(SUM_TERMS) + len(MEAN_TERMS), device=self.device)
         for i, (batch, draws) in enumerate(micro):
@@ -315,10 +398,38 @@ class Trainer:
         self.ema.update(self.student)
         t2 = time.perf_counter()
         metrics = {k: float(sums[i]) for i, k in enumerate(SUM_TERMS + MEAN_TERMS)}
-        metrics.update(lr=lr_at(step, cfg.train), grad_norm=float(_full(grad_norm)),
-                       time_features=t1 - t0, time_update=t2 - t1,
-                       tokens=cfg.train.batch_size * cfg.train.grad_accum * micro[0][0].x.shape[1])
+        tokens = int(all_reduce_sum(torch.tensor([float(local_tokens)], device=self.device), info)[0])
+        metrics.update(lr=lr_at(step, cfg.train, self.warmup_steps), grad_norm=float(_full(grad_norm)),
+                       time_features=t1 - t0, time_update=t2 - t1, tokens=tokens,
+                       canvas_tokens=cfg.train.batch_size * cfg.train.grad_accum * micro[0][0].x.shape[1])
         return metrics
+
+    # -- counts: tokens, epochs, overflow -------------------------------------------------------------------------
+    def overflow_counts(self) -> tuple[int, int]:
+        """(rows skipped for overflow, rows read) so far over all ranks (the feature cache's, in cached mode)."""
+        if self.dataset is not None:
+            o = self.dataset.overflow
+            return o.skipped, o.kept + o.skipped
+        o = self.batches.overflow
+        total = all_reduce_sum(torch.tensor([float(o.skipped), float(o.kept + o.skipped)], device=self.device),
+                               self.info)
+        return int(total[0]), int(total[1])
+
+    def progress(self, step: int) -> dict:
+        """Tokens (the paper's count), examples and epochs trained so far, and the overflow counts."""
+        examples = step * self.cfg.train.batch_size * self.cfg.train.grad_accum
+        skipped, read = self.overflow_counts()
+        out = {"tokens_total": int(self.state.get("tokens", 0)), "examples": examples,
+               "overflow_skipped": skipped, "overflow_rows_read": read,
+               "overflow_fraction": skipped / read if read else 0.0}
+        if self.plan is not None and self.plan.rows:
+            out["epoch"] = examples / self.plan.rows
+        return out
+
+    def check_overflow(self, progress: dict) -> None:
+        """The run's skipped share against canvas.max_overflow_fraction, once enough rows were read."""
+        if progress["overflow_rows_read"] >= self.cfg.canvas.overflow_check_rows:
+            check_overflow(self.cfg, progress["overflow_skipped"], progress["overflow_rows_read"])
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def save(self, step: int) -> Path | None:
@@ -340,7 +451,8 @@ class Trainer:
         path = None
         if info.is_main:
             dtype = next(iter(self.student.state_dict().values())).dtype
-            state = {"step": step, "world_size": info.world_size, "data": data_states, "rng": ck.rng_state()}
+            state = {"step": step, "world_size": info.world_size, "data": data_states, "rng": ck.rng_state(),
+                     "tokens": int(self.state.get("tokens", 0))}
 
             def write_model(folder: Path) -> None:
                 self.elf.save_pretrained(folder, {k: v.to(dtype) for k, v in ema.items()})
@@ -361,7 +473,11 @@ class Trainer:
                 "train_state.json": lambda p: atomic_write_text(p, json.dumps(state)),
                 "config.yaml": lambda p: dump_yaml(self.cfg, p),
             }
-            path = ck.write_checkpoint(self.output, step, files, self.cfg.train.keep_last)
+            protect = set(self.epoch_steps.values())
+            path = ck.write_checkpoint(self.output, step, files, self.cfg.train.keep_last, protect)
+            for key, s in self.epoch_steps.items():
+                if s == step:
+                    ck.link_epoch(self.output, key, path)
         barrier(info)
         return path
 
@@ -369,23 +485,28 @@ class Trainer:
     def run(self) -> TrainResult:
         cfg, tc, info = self.cfg, self.cfg.train, self.info
         step = int(self.state["step"])
+        total = self.total_steps
         if info.is_main:
             dump_yaml(cfg, self.output / "config.yaml")
-        log = MetricsLog(self.output, info.is_main, tc.steps, step, tc.progress and info.is_main, tc.tensorboard,
+        log = MetricsLog(self.output, info.is_main, total, step, tc.progress and info.is_main, tc.tensorboard,
                          tc.wandb_project, to_dict(cfg))
         history, last_ckpt = [], ck.latest_checkpoint(self.output)
         saved_step = step if self.resume_from is not None else -1  # same on every rank
+        epoch_steps = set(self.epoch_steps.values())
         try:
-            while step < tc.steps:
+            while step < total:
                 metrics = self.step_once(step)
                 if metrics is None:
                     break
                 step += 1
+                self.state["tokens"] = int(self.state.get("tokens", 0)) + metrics["tokens"]
                 history.append({"step": step, **metrics})
                 log.advance()
-                if step % tc.log_every == 0 or step == tc.steps:
+                if step % tc.log_every == 0 or step == total:
+                    metrics.update(self.progress(step))
                     log.log(step, metrics)
-                if step % tc.save_every == 0:
+                    self.check_overflow(metrics)
+                if step % tc.save_every == 0 or step in epoch_steps:
                     last_ckpt, saved_step = self.save(step) or last_ckpt, step
                 for hook in self.hooks:
                     hook(step)
@@ -396,10 +517,15 @@ class Trainer:
         model_dir = None
         dtype = next(iter(self.student.state_dict().values())).dtype
         ema = {k: _full(v).detach().cpu().to(dtype) for k, v in self.ema.shadow.items()}  # collective under FSDP
+        summary = {"steps": step, "planned_steps": total, **self.progress(step),
+                   "epoch_checkpoints": {k: s for k, s in self.epoch_steps.items() if s <= step},
+                   "plan": json.loads(self.plan.to_json()) if self.plan is not None else None}
         if info.is_main:
             model_dir = self.output / "model"
             self.elf.save_pretrained(model_dir, ema)
-        return TrainResult(step, self.output, model_dir, last_ckpt, history)
+            atomic_write_text(self.output / "summary.json", json.dumps(summary, indent=2))
+        self.check_overflow(summary)
+        return TrainResult(step, self.output, model_dir, last_ckpt, history, summary)
 
 
 def train(cfg: RunConfig, output: str | Path, resume: str = "auto", backbones=None,

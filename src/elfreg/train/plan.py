@@ -1,0 +1,241 @@
+"""A run's plan in the paper's units (spec §7): rows, tokens per row, overflow, epochs, steps, warm-up, budgets.
+
+One home for the budget arithmetic. Each canvas holds one padded example, so a run's length is counted in
+examples: ``steps = ceil(epochs × rows / global batch)`` (rows = the rows that fit the canvas). The ceiling is
+the choice: the run sees at least ``epochs`` passes over its rows (the last step may take a few examples of the
+next pass), and it reproduces the spec's GSM8K figure (12 × 2,404,028 / 512 = 56,344.4 → 56,345 steps). The
+same rule places an epoch checkpoint (epoch 7.5 → step ceil(7.5 × rows / batch)) and an epoch warm-up.
+
+Tokens are counted the paper's way: prompt + response + EOS of every row, never the EOS padding.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Any, Iterable
+
+import numpy as np
+
+from elfreg.configtools import ConfigError
+
+
+def _frac(x: float) -> Fraction:
+    """Exact value of a decimal config number (7.5 stays 15/2; no binary rounding in the products)."""
+    return Fraction(str(x))
+
+
+def steps_for_epochs(epochs: float, rows: int, global_batch: int) -> int:
+    """Optimiser steps that cover ``epochs`` passes over ``rows`` examples: ceil(epochs × rows / global_batch)."""
+    if rows < 1:
+        raise ValueError("no training row fits the canvas: cannot turn epochs into steps")
+    return math.ceil(_frac(epochs) * rows / global_batch)
+
+
+def warmup_for_epochs(epochs: float, rows: int, global_batch: int) -> int:
+    """Warm-up steps of ``epochs`` passes, rounded to the nearest step (a warm-up has no 'at least' to keep)."""
+    return int(_frac(epochs) * rows / global_batch + Fraction(1, 2))
+
+
+@dataclass
+class RowLengths:
+    """Token counts of a data set's rows after the template: prompt and response (without the appended EOS)."""
+
+    prompt: np.ndarray  # (rows_templated,) int
+    response: np.ndarray  # (rows_templated,) int
+    rows_read: int = 0  # rows the sources yielded (after their filters)
+    bad_rows: int = 0  # rows the template rejected (data.on_bad_row: skip)
+
+    def overflow(self, canvas_len: int, prompt_cap: int) -> tuple[np.ndarray, np.ndarray]:
+        """(prompt over its cap, prompt + response + EOS over the canvas) masks, the canvas rule of elfreg.data."""
+        too_long_prompt = self.prompt > prompt_cap
+        return too_long_prompt, ~too_long_prompt & (self.prompt + self.response + 1 > canvas_len)
+
+
+def count_lengths(examples: Iterable[dict], task: str, tokenizer: Any, add_special_tokens: bool = False,
+                  on_bad_row: str = "error", batch_size: int = 1024) -> RowLengths:
+    """Tokenise every example's templated prompt and response (in batches) and keep only their lengths.
+
+    Tokenised exactly as ``build_canvas`` does (prompt and response apart, no special tokens on the response), so
+    the lengths and the overflow they imply are those of the run; no features, no canvases are built.
+    """
+    from elfreg.data.sources import BadRowError
+    from elfreg.data.templates import apply_template
+
+    prompt_n: list[int] = []
+    response_n: list[int] = []
+    rows_read = bad = 0
+    prompts: list[str] = []
+    responses: list[str] = []
+
+    def flush() -> None:
+        if prompts:
+            prompt_n.extend(len(ids) for ids in tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"])
+            response_n.extend(len(ids) for ids in tokenizer(responses, add_special_tokens=False)["input_ids"])
+            prompts.clear()
+            responses.clear()
+
+    for example in examples:
+        rows_read += 1
+        try:
+            p, r = apply_template(example, task)
+        except BadRowError:
+            if on_bad_row == "error":
+                raise
+            bad += 1
+            continue
+        prompts.append(p)
+        responses.append(r)
+        if len(prompts) >= batch_size:
+            flush()
+    flush()
+    return RowLengths(np.asarray(prompt_n, dtype=np.int64), np.asarray(response_n, dtype=np.int64), rows_read, bad)
+
+
+@dataclass
+class TrainPlan:
+    """What a run will do, computed before it starts (printed by ``elfreg train --dry-run``, saved as plan.json)."""
+
+    rows_read: int  # rows the sources yielded
+    rows: int  # rows that fit the canvas (one epoch)
+    bad_rows: int
+    overflow_prompt: int  # rows skipped: prompt over its cap
+    overflow_canvas: int  # rows skipped: prompt + response + EOS over the canvas
+    overflow_fraction: float  # skipped / (fitting + skipped)
+    mean_tokens: float  # prompt + response + EOS per fitting row
+    max_tokens: int
+    tokens_per_epoch: int
+    global_batch: int
+    epochs: float  # of the run (steps × global batch / rows when the budget is in steps)
+    steps: int
+    tokens: int  # tokens the run trains on: tokens_per_epoch × steps × global batch / rows
+    warmup_steps: int
+    warmup_fraction: float
+    epoch_steps: dict[str, int] = field(default_factory=dict)  # kept epoch checkpoint -> its step
+    paper: dict | None = None  # the preset's paper budget (RunConfig.paper), printed side by side
+
+    @property
+    def overflow(self) -> int:
+        return self.overflow_prompt + self.overflow_canvas
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrainPlan":
+        return cls(**json.loads(text))
+
+
+def epoch_key(e: float) -> str:
+    """Name of an epoch checkpoint: 6 -> '6', 7.5 -> '7.5'."""
+    return f"{float(e):g}"
+
+
+def make_plan(cfg, lengths: RowLengths | None = None, rows: int | None = None, overflow: tuple[int, int] = (0, 0),
+              tokens_per_epoch: int | None = None, max_tokens: int | None = None) -> TrainPlan:
+    """The plan of RunConfig ``cfg`` from its rows' lengths (or, for pre-built features, their counts).
+
+    Errors before any work: neither steps nor epochs, an epoch checkpoint beyond the run, overflow over
+    ``canvas.max_overflow_fraction``.
+    """
+    tc = cfg.train
+    gb = tc.batch_size * tc.grad_accum
+    bad, rows_read = 0, None
+    if lengths is not None:
+        prompt_over, canvas_over = lengths.overflow(cfg.model.max_len, cfg.model.max_prompt_len)
+        fits = ~(prompt_over | canvas_over)
+        per_row = lengths.prompt[fits] + lengths.response[fits] + 1
+        rows = int(fits.sum())
+        overflow = (int(prompt_over.sum()), int(canvas_over.sum()))
+        tokens_per_epoch = int(per_row.sum())
+        max_tokens = int(per_row.max()) if rows else 0
+        bad, rows_read = lengths.bad_rows, lengths.rows_read
+    if rows is None or tokens_per_epoch is None:
+        raise ValueError("make_plan: give the row lengths, or rows and tokens_per_epoch")
+    skipped = sum(overflow)
+    frac = skipped / (rows + skipped) if rows + skipped else 0.0
+    check_overflow(cfg, skipped, rows + skipped)
+    if tc.epochs is not None:
+        steps = steps_for_epochs(tc.epochs, rows, gb)
+        epochs = float(tc.epochs)
+    elif tc.steps is not None:
+        steps = tc.steps
+        epochs = steps * gb / rows if rows else 0.0
+    else:
+        raise ConfigError("train: set train.steps or train.epochs (the run's length)")
+    if tc.warmup_epochs is not None:
+        warmup = warmup_for_epochs(tc.warmup_epochs, rows, gb)
+    else:
+        warmup = tc.warmup_steps or 0
+    epoch_steps = {}
+    for e in tc.keep_epochs:
+        s = steps_for_epochs(e, rows, gb)
+        if s > steps:
+            raise ConfigError(f"train.keep_epochs: epoch {epoch_key(e)} (step {s}) is beyond the run's "
+                              f"{steps} steps ({epochs:g} epochs of {rows} rows at global batch {gb})")
+        epoch_steps[epoch_key(e)] = s
+    run_tokens = int(round(tokens_per_epoch * steps * gb / rows)) if rows else 0
+    paper = None
+    if cfg.paper is not None:
+        from elfreg.configtools import to_dict
+
+        paper = to_dict(cfg.paper)
+    return TrainPlan(rows_read=rows_read if rows_read is not None else rows + skipped + bad, rows=rows,
+                     bad_rows=bad, overflow_prompt=overflow[0], overflow_canvas=overflow[1],
+                     overflow_fraction=frac, mean_tokens=tokens_per_epoch / rows if rows else 0.0,
+                     max_tokens=max_tokens or 0, tokens_per_epoch=tokens_per_epoch, global_batch=gb,
+                     epochs=epochs, steps=steps, tokens=run_tokens, warmup_steps=warmup,
+                     warmup_fraction=warmup / steps if steps else 0.0, epoch_steps=epoch_steps, paper=paper)
+
+
+def check_overflow(cfg, skipped: int, seen: int) -> None:
+    """ValueError when the skipped share of the rows seen is over canvas.max_overflow_fraction."""
+    bound = cfg.canvas.max_overflow_fraction
+    if seen and skipped / seen > bound:
+        raise ValueError(f"canvas.max_overflow_fraction: {skipped} of {seen} rows ({skipped / seen:.2%}) do not fit "
+                         f"the canvas (max_len {cfg.model.max_len}, max_prompt_len {cfg.model.max_prompt_len}), "
+                         f"over the bound {bound:.2%}; check the canvas size, the tokenizer and the data, or raise "
+                         "the bound")
+
+
+def _num(x: float) -> str:
+    return f"{x / 1e9:.3f}B" if x >= 1e8 else f"{x:,.0f}"
+
+
+def format_plan(plan: TrainPlan) -> str:
+    """The plan as a table, the paper's budget side by side when the config names it."""
+    p = plan.paper or {}
+    paper_tokens = p.get("tokens")
+    own = None
+    if paper_tokens is not None:
+        own = paper_tokens - (p.get("init_tokens") or 0)
+    rows = [
+        ("rows read", f"{plan.rows_read:,}", ""),
+        ("rows that fit (one epoch)", f"{plan.rows:,}", f"{p['rows']:,}" if p.get("rows") else ""),
+        ("overflow skipped", f"{plan.overflow:,} ({plan.overflow_fraction:.2%}: prompt {plan.overflow_prompt:,}, "
+                             f"canvas {plan.overflow_canvas:,})", ""),
+        ("template-rejected rows", f"{plan.bad_rows:,}", ""),
+        ("tokens per row (mean / max)", f"{plan.mean_tokens:.1f} / {plan.max_tokens:,}",
+         f"{own / p['epochs'] / p['rows']:.1f} (mean)" if own and p.get("rows") and p.get("epochs") else ""),
+        ("tokens per epoch", _num(plan.tokens_per_epoch),
+         _num(own / p["epochs"]) if own and p.get("epochs") else ""),
+        ("epochs", f"{plan.epochs:g}", f"{p['epochs']:g}" if p.get("epochs") else ""),
+        ("global batch", f"{plan.global_batch:,}", f"{p['global_batch']:,}" if p.get("global_batch") else ""),
+        ("optimiser steps", f"{plan.steps:,}", ""),
+        ("tokens (prompt + response + EOS, no padding)", _num(plan.tokens),
+         (_num(own) + (f" (+{_num(p['init_tokens'])} of the init = {_num(paper_tokens)})"
+                       if p.get("init_tokens") else "")) if own else ""),
+        ("warm-up", f"{plan.warmup_steps:,} step{'' if plan.warmup_steps == 1 else 's'} "
+                    f"({plan.warmup_fraction:.2%} of the run)", ""),
+    ]
+    for e, s in plan.epoch_steps.items():
+        rows.append((f"checkpoint kept at epoch {e}", f"step {s:,}", ""))
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    head = f"{'':<{w0}}  {'this run':<{w1}}  paper"
+    lines = [head, "-" * len(head)] + [f"{a:<{w0}}  {b:<{w1}}  {c}".rstrip() for a, b, c in rows]
+    if p.get("source"):
+        lines.append(f"paper figures: {p['source']}")
+    return "\n".join(lines)
