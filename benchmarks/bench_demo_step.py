@@ -177,11 +177,14 @@ def main() -> None:
     if args.base:
         sides["old"] = Side(args.base, args.threads)
     res: dict = {}
-    for _ in range(args.rounds):  # interleaved: every side and kind sees the machine's load alike
+    for r in range(args.rounds):  # interleaved: every side and kind sees the machine's load alike
         for variant in ("ELF", "ELF-REG"):
             for name, side in sides.items():
                 for kind in ("step", "bare"):
-                    res.setdefault((name, variant, kind), []).append(side.ask(variant, kind, args.steps))
+                    got = side.ask(variant, kind, args.steps)
+                    res.setdefault((name, variant, kind), []).append(got)
+                    print(f"round {r}: {variant} {name} {kind} {1e3 * got['median']:.1f} ms", file=sys.stderr,
+                          flush=True)
     for side in sides.values():
         side.close()
     med = {k: statistics.median(r["median"] for r in v) for k, v in res.items()}
