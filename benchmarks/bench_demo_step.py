@@ -165,6 +165,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--steps", type=int, default=20, help="calls per measurement (median taken)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--base-threads", type=int, help="threads of the --base side (default: --threads)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
@@ -175,7 +176,7 @@ def main() -> None:
     new_src = str(HERE.parents[1] / "src")
     sides = {"new": Side(new_src, args.threads)}
     if args.base:
-        sides["old"] = Side(args.base, args.threads)
+        sides["old"] = Side(args.base, args.base_threads or args.threads)
     res: dict = {}
     for r in range(args.rounds):  # interleaved: every side and kind sees the machine's load alike
         for variant in ("ELF", "ELF-REG"):
@@ -188,7 +189,8 @@ def main() -> None:
     for side in sides.values():
         side.close()
     med = {k: statistics.median(r["median"] for r in v) for k, v in res.items()}
-    print(f"demo-size step: batch 32 x canvas 30, student 4 x 64, widths 576; {args.threads} threads; "
+    print(f"demo-size step: batch 32 x canvas 30, student 4 x 64, widths 576; {args.threads} threads "
+          f"({args.base_threads or args.threads} for --base); "
           f"{args.rounds} interleaved rounds of {args.steps} calls, medians (machine load hits every side alike)")
     for variant in ("ELF", "ELF-REG"):
         for name in sides:
