@@ -93,10 +93,12 @@ def test_prompt_never_noised_and_passes_follow_self_conditioning():
     sc = torch.tensor([True, False, True, False, True, False])
     elf_reg_loss(m, batch, make_draws(cfg, is_decoder=dec, self_cond=sc), cfg)
     a, b, grad = m.calls
-    assert len(a["z"]) == 4 and len(b["z"]) == 2  # pass A: denoising rows; pass B: denoising rows with b = 1
+    # passes A and B: the denoising rows with b = 1 (pass A's output is used on those rows only)
+    assert len(a["z"]) == 2 and len(b["z"]) == 2
+    assert torch.equal(a["q"][:, P:], torch.zeros_like(a["q"][:, P:]))
     for call in m.calls:
         n = len(call["z"])
-        rows = [0, 1, 2, 3][:n] if n == 4 else ([0, 2] if n == 2 else list(range(B)))
+        rows = [0, 2] if n == 2 else list(range(B))
         assert torch.equal(call["z"][:, :P], batch.x[rows, :P])
     # denoiser rows see the clean prompt in q too; decoder rows have q = 0 everywhere and t = 1
     assert torch.equal(grad["q"][:4, :P], batch.x[:4, :P])

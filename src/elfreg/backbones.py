@@ -44,13 +44,118 @@ def _check_source(name_or_path: str, gguf_file: str | None, field: str) -> None:
             raise FileNotFoundError(f"{field}: GGUF file {path / gguf_file} does not exist")
 
 
-def load_tokenizer(name_or_path: str, gguf_file: str | None = None, revision: str | None = None):
-    """The tokenizer of a backbone (hub id or local folder, optionally a GGUF file inside it)."""
+def _local_gguf(name_or_path: str, gguf_file: str | None) -> Path | None:
+    """The GGUF file's path when it is a local file (the cases the backbone cache covers), else None."""
+    if gguf_file is None:
+        return None
+    path = Path(name_or_path).expanduser() / gguf_file
+    return path if path.is_file() else None
+
+
+def load_tokenizer(name_or_path: str, gguf_file: str | None = None, revision: str | None = None,
+                   cache: bool = True, cache_dir: str | Path | None = None):
+    """The tokenizer of a backbone (hub id or local folder, optionally a GGUF file inside it).
+
+    A local GGUF's tokenizer is converted once into the backbone cache (``elfreg.backbone_cache``) and read from it.
+    """
     from transformers import AutoTokenizer
 
     _check_source(name_or_path, gguf_file, "backbones.encoder")
+    gguf = _local_gguf(name_or_path, gguf_file) if cache else None
+    if gguf is not None:
+        from elfreg.backbone_cache import cache_root, get_or_build
+
+        digest = _gguf_hash(gguf)
+
+        def build(tmp: Path) -> dict:
+            AutoTokenizer.from_pretrained(name_or_path, gguf_file=gguf_file).save_pretrained(tmp)
+            return {"source": str(gguf), "kind": "tokenizer"}
+
+        folder, _ = get_or_build(cache_root(cache_dir), f"{digest[:32]}-tokenizer", digest, build)
+        return AutoTokenizer.from_pretrained(folder)
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     return AutoTokenizer.from_pretrained(name_or_path, revision=revision, **kwargs)
+
+
+_GGUF_HASHES: dict[tuple, str] = {}
+
+
+def _gguf_hash(path: Path) -> str:
+    """The file's hash, computed once per process for an unchanged file (tokenizer and model both need it)."""
+    from elfreg.backbone_cache import file_hash
+
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key not in _GGUF_HASHES:
+        _GGUF_HASHES[key] = file_hash(path)
+    return _GGUF_HASHES[key]
+
+
+def load_gguf_model(name_or_path: str, gguf_file: str, keep: int | None, cache_dir: str | Path | None = None):
+    """(model, total blocks) of a local GGUF backbone cut to its first ``keep`` blocks (None: all), via the cache.
+
+    The first call de-quantises the GGUF through transformers and saves the cut model (fp32 safetensors + a config
+    with ``keep`` blocks) as a cache entry keyed by the file's hash and ``keep``; later calls read that entry,
+    which gives the same weights bit for bit.
+    """
+    from transformers import AutoModel
+
+    from elfreg.backbone_cache import cache_root, get_or_build
+
+    gguf = _local_gguf(name_or_path, gguf_file)
+    if gguf is None:
+        raise FileNotFoundError(f"GGUF file {Path(name_or_path) / gguf_file} does not exist")
+    digest = _gguf_hash(gguf)
+
+    def build(tmp: Path) -> dict:
+        model = AutoModel.from_pretrained(name_or_path, gguf_file=gguf_file)
+        total = _num_blocks(model.config)
+        if keep is not None and keep < total:
+            parent, attr = find_layer_list(model)
+            setattr(parent, attr, getattr(parent, attr)[:keep])
+            _set_num_blocks(model.config, keep)
+        _save_plain(model, tmp / "model")
+        return {"source": str(gguf), "kind": "model", "total_layers": total, "kept_layers": keep or total,
+                "dtype": str(next(model.parameters()).dtype).removeprefix("torch.")}
+
+    name = f"{digest[:32]}-{'all' if keep is None else f'blocks{keep}'}"
+    folder, meta = get_or_build(cache_root(cache_dir), name, digest, build)
+    model = AutoModel.from_pretrained(folder / "model", dtype=getattr(torch, meta["dtype"]))
+    return model, meta["total_layers"]
+
+
+def _save_plain(model: nn.Module, folder: Path) -> None:
+    """The de-quantised weights (safetensors) and a config without the GGUF quantisation note, loadable by
+    ``AutoModel.from_pretrained(folder)`` (transformers refuses ``save_pretrained`` on a model read from GGUF)."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(folder)
+    seen: dict[int, str] = {}
+    weights = {}
+    for k, v in model.state_dict().items():
+        if v.data_ptr() in seen:  # tied tensors are stored once; loading ties them again
+            continue
+        seen[v.data_ptr()] = k
+        weights[k] = v.detach().contiguous()
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _num_blocks(config) -> int | None:
+    return getattr(config, "num_hidden_layers", None) or getattr(config, "num_layers", None)
+
+
+def _set_num_blocks(config, n: int) -> None:
+    """A config for the cut model: n blocks (and per-layer lists cut alike), so loading it builds exactly those."""
+    for attr in ("num_hidden_layers", "num_layers"):
+        if getattr(config, attr, None):
+            setattr(config, attr, n)
+    for attr in ("layer_types",):
+        if isinstance(getattr(config, attr, None), list):
+            setattr(config, attr, getattr(config, attr)[:n])
 
 
 def check_same_tokenizer(a, b, names: tuple[str, str] = ("encoder", "teacher")) -> None:
@@ -119,16 +224,24 @@ class FrozenBackbone:
 
     def __init__(self, name_or_path: str, layers: list[int], gguf_file: str | None = None,
                  revision: str | None = None, dtype: str = "auto", device: str | torch.device = "cpu",
-                 field: str = "backbones.encoder") -> None:
+                 field: str = "backbones.encoder", cache: bool = True, cache_dir: str | Path | None = None) -> None:
         from transformers import AutoModel
 
         _check_source(name_or_path, gguf_file, field)
         self.name = name_or_path
         self.gguf_file = gguf_file
         self.device = torch.device(device)
-        kwargs = {"gguf_file": gguf_file} if gguf_file else {}
-        model = AutoModel.from_pretrained(name_or_path, revision=revision, **kwargs)
-        total = getattr(model.config, "num_hidden_layers", None) or getattr(model.config, "num_layers", None)
+        if cache and _local_gguf(name_or_path, gguf_file) is not None:
+            # a local GGUF is de-quantised once into the backbone cache (seconds instead of ~20 s per load)
+            positive = [k for k in layers if k != -1]
+            keep = None if -1 in layers or not positive else max(positive)
+            model, total = load_gguf_model(name_or_path, gguf_file, keep, cache_dir)
+            if keep is not None and keep > total:
+                raise ValueError(f"{field}: layer {keep} requested but {name_or_path} has {total} blocks")
+        else:
+            kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+            model = AutoModel.from_pretrained(name_or_path, revision=revision, **kwargs)
+            total = _num_blocks(model.config)
         for k in layers:
             if k != -1 and (total is None or k > total):
                 raise ValueError(f"{field}: layer {k} requested but {name_or_path} has {total} blocks")
@@ -138,7 +251,7 @@ class FrozenBackbone:
         if -1 not in self.layers:
             parent, attr = find_layer_list(model)
             keep = max(self.layers)
-            setattr(parent, attr, getattr(parent, attr)[:keep])
+            setattr(parent, attr, getattr(parent, attr)[:keep])  # a no-op for a model the cache already cut
             self._hook_blocks = getattr(parent, attr)
         else:
             self._hook_blocks = None

@@ -194,39 +194,37 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
             r_in = torch.zeros(b_sz, mcfg.reg_dim, device=dev)
     qr0 = torch.zeros_like(r_in) if r_in is not None else None
 
-    # Self-conditioning and the SC-CFG target: two gradient-free passes on the denoising rows (spec §4).
+    # Self-conditioning and the SC-CFG target: two gradient-free passes on the self-conditioned rows (spec §4).
     q, qr = q0, qr0
     v_star = velocity(x, z, t, floor)
     v_tgt = v_star
     v_r_tgt = velocity(r, r_in, t, floor) if use_reg else None
-    den_idx = _rows(den)
-    if den_idx.numel() > 0 and sc.any():
+    if sc.any():
         with torch.no_grad():
-            sub = lambda a: a[den_idx] if a is not None else None  # noqa: E731
-            out_a = student(sub(z), sub(q0), t[den_idx], w[den_idx], reg=sub(r_in), reg_q=sub(qr0))
-            x_a = torch.where(pm3[den_idx], x[den_idx], out_a.x_hat)
-            sc_local = _rows(sc[den_idx])
-            sc_idx = den_idx[sc_local]
-            out_b = student(z[sc_idx], x_a[sc_local], t[sc_idx], w[sc_idx],
-                            reg=sub(r_in)[sc_local] if r_in is not None else None,
-                            reg_q=out_a.reg_hat[sc_local] if out_a.reg_hat is not None else None)
-            x_b = torch.where(pm3[sc_idx], x[sc_idx], out_b.x_hat)
-            v_a = velocity(x_a[sc_local], z[sc_idx], t[sc_idx], floor)
-            v_b = velocity(x_b, z[sc_idx], t[sc_idx], floor)
+            # Only the self-conditioned rows' outputs are used, so both passes run on those rows alone (every row
+            # is computed independently of the others).
+            sc_idx = _rows(sc)
+            sub = lambda a: a[sc_idx] if a is not None else None  # noqa: E731
+            z_s, t_s, w_s, x_s, pm_s = z[sc_idx], t[sc_idx], w[sc_idx], x[sc_idx], pm3[sc_idx]
+            out_a = student(z_s, q0[sc_idx], t_s, w_s, reg=sub(r_in), reg_q=sub(qr0))
+            x_a = torch.where(pm_s, x_s, out_a.x_hat)
+            out_b = student(z_s, x_a, t_s, w_s, reg=sub(r_in), reg_q=out_a.reg_hat)
+            x_b = torch.where(pm_s, x_s, out_b.x_hat)
+            v_a = velocity(x_a, z_s, t_s, floor)
+            v_b = velocity(x_b, z_s, t_s, floor)
             v_tgt = v_star.clone()
-            v_tgt[sc_idx] = sc_cfg_target(x[sc_idx], z[sc_idx], t[sc_idx], torch.ones_like(t[sc_idx]), w[sc_idx],
-                                          v_b, v_a, floor)
+            v_tgt[sc_idx] = sc_cfg_target(x_s, z_s, t_s, torch.ones_like(t_s), w_s, v_b, v_a, floor)
             q = q0.clone()
-            q[sc_idx] = x_a[sc_local]
+            q[sc_idx] = x_a
             if use_reg:
                 v_r_tgt = v_r_tgt.clone()
                 v_r_tgt[sc_idx] = sc_cfg_target(
-                    r[sc_idx], r_in[sc_idx], t[sc_idx], torch.ones_like(t[sc_idx]), w[sc_idx],
-                    velocity(out_b.reg_hat, r_in[sc_idx], t[sc_idx], floor),
-                    velocity(out_a.reg_hat[sc_local], r_in[sc_idx], t[sc_idx], floor), floor)
+                    r[sc_idx], r_in[sc_idx], t_s, torch.ones_like(t_s), w_s,
+                    velocity(out_b.reg_hat, r_in[sc_idx], t_s, floor),
+                    velocity(out_a.reg_hat, r_in[sc_idx], t_s, floor), floor)
             if qr0 is not None and out_a.reg_hat is not None:
                 qr = qr0.clone()
-                qr[sc_idx] = out_a.reg_hat[sc_local]
+                qr[sc_idx] = out_a.reg_hat
     v_tgt = v_tgt.detach()
 
     # The gradient pass: one mixed forward over denoising and decoder rows.

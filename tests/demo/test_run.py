@@ -27,28 +27,39 @@ def demo_run(tmp_path_factory):
 def test_quick_demo_writes_every_artifact(demo_run):
     out, cache = demo_run
     for name in ("report.md", "results.json", "demo_config.yaml", "test.jsonl", "accuracy_vs_nfe.png",
-                 "learning_curves.png", "ELF/model/model.safetensors", "ELF-REG/model/model.safetensors",
-                 "ELF/metrics.jsonl", "ELF-REG/config.yaml"):
+                 "learning_curves.png", "ELF/seed-0/model/model.safetensors", "ELF-REG/seed-1/model/model.safetensors",
+                 "ELF/seed-1/metrics.jsonl", "ELF-REG/seed-0/config.yaml"):
         assert (out / name).is_file(), name
     for png in ("accuracy_vs_nfe.png", "learning_curves.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     results = json.loads((out / "results.json").read_text())
     cfg = demo_config(True, [])
+    n_seeds, n_eval = len(cfg.train.seeds), len(cfg.eval.seeds)
+    assert n_seeds >= 2 and results["train_seeds"] == cfg.train.seeds
     for variant in ("ELF", "ELF-REG"):
         cells = results["models"][variant]["eval"]["cells"]
         assert {(c["sampler"], c["nfe"]) for c in cells} == {(s, n) for s in cfg.eval.samplers for n in cfg.eval.nfes}
-        assert all(len(c["acc"]) == len(cfg.eval.seeds) and 0 <= c["mean"] <= 1 for c in cells)
-        assert results["models"][variant]["steps"] == cfg.train.steps
-        # the accuracy curve's last point is the final evaluation's cell (same weights, noise keys and batches)
-        curve = results["models"][variant]["curve"]
-        assert [pt["step"] for pt in curve] == list(range(cfg.eval.curve_every, cfg.train.steps + 1, cfg.eval.curve_every))
+        # one entry per (training seed, sampling seed), training seed outermost
+        assert all(len(c["acc"]) == n_seeds * n_eval and 0 <= c["mean"] <= 1 for c in cells)
+        assert all(c["train_seed"] == [s for s in cfg.train.seeds for _ in range(n_eval)] for c in cells)
+        runs = results["models"][variant]["runs"]
+        assert [r["seed"] for r in runs] == cfg.train.seeds and all(r["steps"] == cfg.train.steps for r in runs)
         main = next(c for c in cells if c["sampler"] == "early-stop" and c["nfe"] == cfg.eval.main_nfe)
-        assert curve[-1]["acc"] == main["acc"][0] and curve[-1]["chain_acc"] == main["chain_acc"][0]
-        assert read_points(out / variant / "accuracy_curve.jsonl") == curve  # saved as it was measured
+        for i, run in enumerate(runs):
+            # the accuracy curve's last point is the final evaluation's cell (same weights, noise keys and batches)
+            curve = run["curve"]
+            assert [pt["step"] for pt in curve] == list(range(cfg.eval.curve_every, cfg.train.steps + 1,
+                                                              cfg.eval.curve_every))
+            assert curve[-1]["acc"] == main["acc"][i * n_eval] and curve[-1]["chain_acc"] == main["chain_acc"][i * n_eval]
+            assert read_points(out / variant / f"seed-{run['seed']}" / "accuracy_curve.jsonl") == curve
+    # different training seeds train different models
+    w = [(out / "ELF" / f"seed-{s}" / "model" / "model.safetensors").read_bytes() for s in cfg.train.seeds[:2]]
+    assert w[0] != w[1]
     report = (out / "report.md").read_text()
     assert "## The paper's claims at this scale" in report and "ELF-REG beats ELF" in report
     assert "## Test accuracy during training" in report
-    assert len(claims(results, cfg)) == 9
+    assert len(claims(results, cfg)) == 9 + len(cfg.eval.reach)
+    assert "reaches 10 % test accuracy in fewer steps than ELF (Fig. 3)" in report
     # the features were cached once, keyed by model, layers and data
     assert len(list(cache.glob("*/manifest.json"))) == 1
 
@@ -58,7 +69,7 @@ def test_demo_models_work_with_generate_and_eval(demo_run, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "3+4-2=?"}) + "\n")     # a bare question: the model's template applies
     gen = tmp_path / "gen.jsonl"
-    assert main(["generate", "--model", str(out / "ELF-REG/model"), "--prompts", str(prompts), "--out", str(gen),
+    assert main(["generate", "--model", str(out / "ELF-REG/seed-0/model"), "--prompts", str(prompts), "--out", str(gen),
                  "--nfe", "4", "--samples", "2", "--no-progress", "--device", "cpu"]) == 0
     assert len(gen.read_text().splitlines()) == 2
     raw = tmp_path / "raw.jsonl"   # the already formatted prompt, encoded as is, is the same prompt
@@ -68,7 +79,7 @@ def test_demo_models_work_with_generate_and_eval(demo_run, tmp_path):
     responses = lambda f: [json.loads(x)["response"] for x in f.read_text().splitlines()]  # noqa: E731
     assert responses(raw) == responses(gen)
     run = tmp_path / "eval"
-    assert main(["eval", "run", "--model", str(out / "ELF/model"), "--benchmark", "demo-arith", "--data",
+    assert main(["eval", "run", "--model", str(out / "ELF/seed-1/model"), "--benchmark", "demo-arith", "--data",
                  str(out / "test.jsonl"), "--out", str(run), "--nfe", "4", "--limit", "4", "--no-progress",
                  "--device", "cpu"]) == 0
     summary = json.loads((run / "summary.json").read_text())
@@ -157,3 +168,53 @@ def test_claims_with_per_problem_results_are_paired_over_the_problems():
     shuffled = [[1] * 60 + [0] * 40, [0] * 40 + [1] * 60, [1] * 30 + [0] * 40 + [1] * 30]
     results["models"]["ELF-REG"]["eval"]["cells"] = [cell("ELF-REG", 0.6, shuffled)]
     assert {c: o for c, o, _ in claims(results, cfg)}["ELF-REG beats ELF (early-stop, 4 NFE)"] == "inconclusive"
+
+
+def test_paired_se_over_training_seeds_by_hand():
+    from elfreg.demo.report import _paired_se
+
+    # Training seeds 0 and 1, two sampling seeds each, 3 problems. Averaged over sampling seeds:
+    # a: seed 0 [1, 0, 0], seed 1 [0, 0, 1]; b: seed 0 [1, .5, 0], seed 1 [1, 0, 1]
+    # d: seed 0 [0, .5, 0] (mean 1/6), seed 1 [1, 0, 0] (mean 1/3)
+    # per problem (mean over seeds) [.5, .25, 0]: var .0625, / 3 problems = 1/48
+    # per seed [1/6, 1/3]: var 1/72, / 2 seeds = 1/144; se = sqrt(1/48 + 1/144) = 1/6
+    a = {"mean": 1 / 3, "std": 0.0, "train_seed": [0, 0, 1, 1],
+         "correct": [[1, 0, 0], [1, 0, 0], [0, 0, 1], [0, 0, 1]]}
+    b = {"mean": 7 / 12, "std": 0.0, "train_seed": [0, 0, 1, 1],
+         "correct": [[1, 1, 0], [1, 0, 0], [1, 0, 1], [1, 0, 1]]}
+    assert abs(_paired_se(a, b) - 1 / 6) < 1e-12
+    # one training seed: the problem-only error of before (d = [0, .5, 0]: var 1/12, / 3)
+    one = lambda c: {**c, "train_seed": [0, 0], "correct": c["correct"][:2]}  # noqa: E731
+    assert abs(_paired_se(one(a), one(b)) - (1 / 12 / 3) ** 0.5) < 1e-12
+    # training seeds that do not match cannot be paired
+    assert _paired_se(a, {**b, "train_seed": [0, 0, 2, 2]}) is None
+
+
+def test_reach_claims_pair_steps_over_training_seeds():
+    from elfreg.demo.report import reach_claims, reach_step
+
+    cfg = demo_config(True, ["eval.reach=[0.1,0.4,0.55,0.7]", "eval.curve_every=100"])
+    curve = lambda accs: [{"step": 100 * (i + 1), "acc": a} for i, a in enumerate(accs)]  # noqa: E731
+    assert reach_step(curve([0.05, 0.2, 0.5]), 0.2) == 200 and reach_step(curve([0.05]), 0.2) is None
+    runs = {"ELF": [curve([0.05, 0.2, 0.5]), curve([0.12, 0.2, 0.5])],
+            "ELF-REG": [curve([0.15, 0.45, 0.6]), curve([0.15, 0.45, 0.6])]}
+    results = {"models": {v: {"runs": [{"seed": s, "curve": c} for s, c in enumerate(cs)]} for v, cs in runs.items()}}
+    got = {c: (o, e) for c, o, e in reach_claims(results, cfg)}
+    # 10 %: ELF 200, 100 vs ELF-REG 100, 100: d = [100, 0], mean 50, 2 s.e. 2 sqrt(5000 / 2) = 100: inconclusive
+    o, e = got["ELF-REG reaches 10 % test accuracy in fewer steps than ELF (Fig. 3)"]
+    assert o == "inconclusive" and "+50 steps, 2 s.e. 100" in e
+    # 40 %: ELF 300, 300 vs 200, 200: d = [100, 100], no spread: held
+    assert got["ELF-REG reaches 40 % test accuracy in fewer steps than ELF (Fig. 3)"][0] == "held"
+    # 55 %: ELF never (censored at 300 + 100), ELF-REG at 300: held, as a lower bound on ELF's lag
+    o, e = got["ELF-REG reaches 55 % test accuracy in fewer steps than ELF (Fig. 3)"]
+    assert o == "held" and "ELF >300, >300" in e
+    # 70 %: neither gets there
+    assert got["ELF-REG reaches 70 % test accuracy in fewer steps than ELF (Fig. 3)"][0] == "inconclusive"
+    # the other way round: ELF-REG censored can never make the claim hold
+    swapped = {"models": {"ELF": results["models"]["ELF-REG"], "ELF-REG": results["models"]["ELF"]}}
+    got = {c: o for c, o, _ in reach_claims(swapped, cfg)}
+    assert got["ELF-REG reaches 40 % test accuracy in fewer steps than ELF (Fig. 3)"] == "did not hold"
+    assert got["ELF-REG reaches 55 % test accuracy in fewer steps than ELF (Fig. 3)"] == "did not hold"
+    # one training seed decides nothing
+    single = {"models": {v: {"runs": m["runs"][:1]} for v, m in results["models"].items()}}
+    assert all(o == "inconclusive" for _, o, _ in reach_claims(single, cfg))

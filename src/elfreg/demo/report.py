@@ -21,19 +21,49 @@ def _fmt(c: dict | None) -> str:
     return "—" if c is None else f"{100 * c['mean']:.1f} ± {100 * c['std']:.1f}"
 
 
-def _paired_se(a: dict, b: dict) -> float | None:
-    """Standard error of b's mean minus a's, paired over the test problems; None without per-problem results.
-
-    Each problem's difference is that of its correctness averaged over the seeds, so the spread over seeds and the
-    luck of which problems were drawn both enter, and the shared problems cancel out of the comparison.
-    """
-    ca, cb = a.get("correct"), b.get("correct")
-    if not ca or not cb or len({len(r) for r in ca + cb}) != 1 or len(ca[0]) < 2:
+def _by_train_seed(c: dict) -> dict[int, list[float]] | None:
+    """{training seed: each problem's correctness averaged over that seed's sampling seeds}, or None."""
+    rows = c.get("correct")
+    if not rows:
         return None
-    n = len(ca[0])
-    d = [sum(r[i] for r in cb) / len(cb) - sum(r[i] for r in ca) / len(ca) for i in range(n)]
-    mean = sum(d) / n
-    return math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n)
+    tags = c.get("train_seed") or [0] * len(rows)
+    if len(tags) != len(rows):
+        return None
+    groups: dict[int, list[list[int]]] = {}
+    for tag, r in zip(tags, rows):
+        groups.setdefault(tag, []).append(r)
+    return {s: [sum(col) / len(g) for col in zip(*g)] for s, g in groups.items()}
+
+
+def _var(xs: list[float]) -> float:
+    m = sum(xs) / len(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def _paired_se(a: dict, b: dict) -> float | None:
+    """Standard error of b's mean minus a's, paired over training seeds and test problems; None without
+    per-problem results.
+
+    d[s][i] is problem i's correctness under b minus under a, for training seed s, each averaged over the sampling
+    seeds. With one training seed the error is that of the mean over problems, sqrt(var_i(d_i) / n): the spread
+    over sampling seeds and the luck of which problems were drawn both enter, the shared problems cancel out. With
+    S >= 2 training seeds (paired: seed s of a against seed s of b) the training noise enters too, as in a crossed
+    seeds x problems design: se^2 = var_s(mean_i d[s][i]) / S + var_i(mean_s d[s][i]) / n (which slightly
+    over-counts the seed x problem interaction, so it errs on the side of "inconclusive").
+    """
+    ga, gb = _by_train_seed(a), _by_train_seed(b)
+    if ga is None or gb is None or set(ga) != set(gb):
+        return None
+    seeds = sorted(ga)
+    n = {len(v) for v in list(ga.values()) + list(gb.values())}
+    if len(n) != 1 or n.pop() < 2:
+        return None
+    d = [[yb - ya for ya, yb in zip(ga[s], gb[s])] for s in seeds]
+    per_problem = [sum(col) / len(seeds) for col in zip(*d)]
+    var = _var(per_problem) / len(per_problem)
+    if len(seeds) >= 2:
+        var += _var([sum(r) / len(r) for r in d]) / len(seeds)
+    return math.sqrt(var)
 
 
 def _compare(a: dict | None, b: dict | None, sign: int = 1, n_problems: int | None = None) -> tuple[str, str]:
@@ -78,6 +108,54 @@ def claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
         add(f"{v}: re-noising beats early-stop at {hi} NFE", (v, "early-stop", hi), (v, "renoise", hi))
         add(f"{v}: re-noising lowers accuracy at {lo} NFE", (v, "early-stop", lo), (v, "renoise", lo), sign=-1)
         add(f"{v}: early-stop accuracy grows from {lo} to {hi} NFE", (v, "early-stop", lo), (v, "early-stop", hi))
+    return rows + reach_claims(results, cfg)
+
+
+def reach_step(curve: list[dict], threshold: float) -> int | None:
+    """The first curve step whose test accuracy is at least ``threshold``, or None if it never gets there."""
+    return next((pt["step"] for pt in curve if pt["acc"] >= threshold - 1e-12), None)
+
+
+def reach_claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
+    """Fig. 3 at this scale: "ELF-REG reaches accuracy X in fewer steps than ELF", one claim per threshold.
+
+    Per training seed s, the first curve step each model reaches X (a run that never does counts as one curve
+    interval past its last point: a lower bound). The paired differences ELF - ELF-REG over training seeds decide:
+    held when their mean exceeds twice its standard error and no ELF-REG run was censored; did not hold when it is
+    below minus twice and no ELF run was censored; else inconclusive (always with fewer than 2 paired seeds). Steps
+    are only known to the curve's interval (eval.curve_every).
+    """
+    runs = {v: {r["seed"]: r.get("curve") or [] for r in results["models"].get(v, {}).get("runs", [])}
+            for v in ("ELF", "ELF-REG")}
+    seeds = sorted(set(runs["ELF"]) & set(runs["ELF-REG"]))
+    rows = []
+    for x in cfg.eval.reach:
+        text = f"ELF-REG reaches {100 * x:.0f} % test accuracy in fewer steps than ELF (Fig. 3)"
+        if not seeds or not all(runs[v][s] for v in runs for s in seeds):
+            rows.append((text, "not measured", "no accuracy curves"))
+            continue
+        steps, censored = {}, {}
+        for v in runs:
+            got = [reach_step(runs[v][s], x) for s in seeds]
+            last = [runs[v][s][-1]["step"] for s in seeds]
+            censored[v] = any(g is None for g in got)
+            steps[v] = [g if g is not None else lst + cfg.eval.curve_every for g, lst in zip(got, last)]
+        d = [e - r for e, r in zip(steps["ELF"], steps["ELF-REG"])]
+        mean = sum(d) / len(d)
+        se = math.sqrt(_var(d) / len(d)) if len(d) >= 2 else None
+        if se is None or abs(mean) <= max(2 * se, 1e-9):
+            outcome = "inconclusive"
+        elif mean > 0:
+            outcome = "held" if not censored["ELF-REG"] else "inconclusive"
+        else:
+            outcome = "did not hold" if not censored["ELF"] else "inconclusive"
+
+        def fmt(v: str) -> str:
+            return ", ".join(f"{st}" if st <= runs[v][s][-1]["step"] else f">{runs[v][s][-1]['step']}"
+                             for st, s in zip(steps[v], seeds))
+        margin = "n/a (one training seed)" if se is None else f"{2 * se:.0f}"
+        rows.append((text, outcome, f"steps per training seed {seeds}: ELF-REG {fmt('ELF-REG')}; ELF {fmt('ELF')} "
+                                    f"(ELF - ELF-REG {mean:+.0f} steps, 2 s.e. {margin})"))
     return rows
 
 
@@ -97,8 +175,10 @@ def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
              f"test problems. Frozen encoder/teacher: SmolLM2-135M-Instruct (encoder layer "
              f"{cfg.backbones.encoder_layer}, teacher layers {cfg.backbones.teacher_repa_layer}/"
              f"{cfg.backbones.teacher_reg_layer}). Student {cfg.student.depth} x {cfg.student.width}; "
-             f"{cfg.train.steps} steps of batch {cfg.train.batch_size} for each model, same seeds.", "",
-             f"Exact-match accuracy (%) of the final answer, mean ± std over seeds {ev.seeds}, w = {ev.w}, "
+             f"{cfg.train.steps} steps of batch {cfg.train.batch_size} for each model and each training seed "
+             f"{cfg.train.seeds} (same seeds for both models: initialisation, data order and draws).", "",
+             f"Exact-match accuracy (%) of the final answer, mean ± std over training seeds {cfg.train.seeds} x "
+             f"sampling seeds {ev.seeds}, w = {ev.w}, "
              f"rho = {ev.rho}. Example: `{results['task']['example']['prompt']}` → "
              f"`{results['task']['example']['response']!r}`.", ""]
     for sampler in ev.samplers:
@@ -114,25 +194,31 @@ def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
         if c:
             lines.append(f"| {v} | {_fmt(c)} | {100 * sum(c['chain_acc']) / len(c['chain_acc']):.1f} | "
                          f"{sum(c['exit_time']) / len(c['exit_time']):.3f} |")
-    curves = {v: m.get("curve") or [] for v, m in results["models"].items()}
-    steps = sorted({pt["step"] for c in curves.values() for pt in c})
+    runs = {v: m.get("runs") or [] for v, m in results["models"].items()}
+    steps = sorted({pt["step"] for rs in runs.values() for r in rs for pt in r.get("curve") or []})
     if steps:
-        lines += ["", f"## Test accuracy during training (EMA weights, early-stop {ev.main_nfe} NFE, seed {ev.seeds[0]})",
-                  "", "| step | " + " | ".join(curves) + " |", "|---|" + "---|" * len(curves)]
+        lines += ["", f"## Test accuracy during training (EMA weights, early-stop {ev.main_nfe} NFE, sampling seed "
+                      f"{ev.seeds[0]}; per training seed)", "",
+                  "| step | " + " | ".join(f"{v} seed {r['seed']}" for v, rs in runs.items() for r in rs) + " |",
+                  "|---|" + "---|" * sum(len(rs) for rs in runs.values())]
         for st in steps:
-            row = [next((f"{100 * pt['acc']:.1f}" for pt in c if pt["step"] == st), "–") for c in curves.values()]
+            row = [next((f"{100 * pt['acc']:.1f}" for pt in r.get("curve") or [] if pt["step"] == st), "–")
+                   for rs in runs.values() for r in rs]
             lines.append(f"| {st} | " + " | ".join(row) + " |")
     lines += ["", "## The paper's claims at this scale", "",
               ("A claim held or did not hold only where the difference exceeds twice its standard error, paired over "
-               "the test problems (each problem's correctness averaged over the seeds, so seed spread and the draw "
-               "of problems both count); otherwise it is inconclusive at this size."), "",
+               "the training seeds (seed s of one model against seed s of the other) and the test problems (each "
+               "problem's correctness averaged over the sampling seeds), so training noise, sampling noise and the "
+               "draw of problems all count; otherwise it is inconclusive at this size. The Fig. 3 claims compare "
+               "the first curve step at which each model reaches an accuracy, paired over the training seeds."), "",
               "| claim | outcome | evidence |", "|---|---|---|"]
     lines += [f"| {c} | **{o}** | {e} |" for c, o, e in claims(results, cfg)]
     ph = results["phases_seconds"]
     lines += ["", "## Time", "", "| phase | seconds |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in ph.items()]
-    lines += ["", f"Threads: {results['threads']}. Plots: `accuracy_vs_nfe.png`, `learning_curves.png`; "
-              "raw numbers: `results.json`; settings: `demo_config.yaml`; models: `ELF/model`, `ELF-REG/model`.", ""]
+    lines += ["", f"Threads: {results['threads']}. Plots: `accuracy_vs_nfe.png`, `learning_curves.png` (every "
+              "training seed); raw numbers: `results.json`; settings: `demo_config.yaml`; models: "
+              "`ELF/seed-<s>/model`, `ELF-REG/seed-<s>/model`.", ""]
     atomic_write_text(out / "report.md", "\n".join(lines))
     _plots(results, cfg, out)
 
@@ -164,14 +250,18 @@ def _plots(results: dict, cfg: DemoConfig, out: Path) -> None:
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 3, figsize=(13.5, 3.4))
+    colors = {v: f"C{i}" for i, v in enumerate(results["models"])}
     for v in results["models"]:
-        curve = results["models"][v].get("curve") or []
-        axes[2].plot([pt["step"] for pt in curve], [100 * pt["acc"] for pt in curve], marker="o", label=v)
-        path = Path(results["models"][v]["model_dir"]).parent / "metrics.jsonl"
-        recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
-        steps = [r["step"] for r in recs]
-        axes[0].plot(steps, [r["loss_elf"] for r in recs], label=v)
-        axes[1].plot(steps, [r["loss"] for r in recs], label=v)
+        for j, run in enumerate(results["models"][v].get("runs") or []):
+            label = v if j == 0 else None  # one legend entry per model; one line per training seed
+            curve = run.get("curve") or []
+            axes[2].plot([pt["step"] for pt in curve], [100 * pt["acc"] for pt in curve], marker="o", ms=3,
+                         color=colors[v], alpha=0.8, label=label)
+            path = Path(run["model_dir"]).parent / "metrics.jsonl"
+            recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+            steps = [r["step"] for r in recs]
+            axes[0].plot(steps, [r["loss_elf"] for r in recs], color=colors[v], alpha=0.7, label=label)
+            axes[1].plot(steps, [r["loss"] for r in recs], color=colors[v], alpha=0.7, label=label)
     axes[0].set_title("L_ELF (text: l2 + CE)")
     axes[1].set_title("total loss")
     axes[2].set_title(f"test exact match (%), early-stop {ev.main_nfe} NFE")

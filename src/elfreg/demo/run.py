@@ -73,14 +73,15 @@ def head_token_ids(tokenizer, rows: list[dict]) -> list[int]:
 
 
 def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: list[int] | None,
-               dims: dict[str, int], progress: bool = True) -> RunConfig:
-    """The training run of one variant; ELF and ELF-REG differ only in the REG token and REPA."""
+               dims: dict[str, int], progress: bool = True, seed: int | None = None) -> RunConfig:
+    """The training run of one variant and training seed (default: the first); ELF and ELF-REG differ only in the
+    REG token and REPA."""
     s, t = cfg.student, cfg.train
     reg = variant == "ELF-REG"
     model = ModelConfig(**dims, width=s.width, depth=s.depth, heads=s.heads, bottleneck_dim=s.bottleneck_dim,
                         max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, extra_token="reg" if reg else "none",
                         repa=reg, repa_block=s.repa_block, repa_hidden=s.repa_hidden, head_token_ids=head_ids)
-    train_cfg = TrainConfig(seed=t.seed, steps=t.steps, batch_size=t.batch_size, lr=t.lr, warmup_steps=t.warmup_steps,
+    train_cfg = TrainConfig(seed=t.seeds[0] if seed is None else seed, steps=t.steps, batch_size=t.batch_size, lr=t.lr, warmup_steps=t.warmup_steps,
                             ema_decay=t.ema_decay, optimizer=t.optimizer, precision=t.precision,
                             log_every=t.log_every,
                             save_every=t.save_every, keep_last=1, stats_canvases=min(1024, cfg.task.n_train),
@@ -120,6 +121,33 @@ def sampler_config(model: ElfModel, cfg: DemoConfig, sampler_name: str, nfe: int
     ev = cfg.eval
     return SamplerConfig(sampler=sampler_name, nfe=nfe, rho=ev.rho, w=ev.w, sigma=model.config.objective.sigma,
                          seed=seed)
+
+
+def merge_evals(evals: dict[int, dict]) -> dict:
+    """One variant's evaluations of several training seeds {seed: evaluate(...)} as one set of cells.
+
+    A merged cell's lists (acc, chain_acc, correct, exit_time, seconds) run over (training seed, sampling seed)
+    pairs, training seed outermost; ``train_seed`` names each entry's training seed, for the paired claims.
+    """
+    seeds = list(evals)
+    first = evals[seeds[0]]
+    out = {"encoder_seconds": sum(e["encoder_seconds"] for e in evals.values()), "cells": []}
+    for i, c0 in enumerate(first["cells"]):
+        cell = {"sampler": c0["sampler"], "nfe": c0["nfe"], "train_seed": []}
+        for key in ("acc", "chain_acc", "correct", "exit_time", "seconds"):
+            cell[key] = []
+        for s in seeds:
+            c = evals[s]["cells"][i]
+            if (c["sampler"], c["nfe"]) != (c0["sampler"], c0["nfe"]):
+                raise ValueError("evaluations of different training seeds have different cells")
+            for key in ("acc", "chain_acc", "correct", "exit_time", "seconds"):
+                cell[key] += c[key]
+            cell["train_seed"] += [s] * len(c["acc"])
+        cell["examples"] = c0.get("examples", [])
+        cell["mean"] = statistics.fmean(cell["acc"])
+        cell["std"] = statistics.stdev(cell["acc"]) if len(cell["acc"]) > 1 else 0.0
+        out["cells"].append(cell)
+    return out
 
 
 def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig, progress) -> dict:
@@ -245,26 +273,34 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
                 vocab_size=len(backbones.tokenizer))
 
     results: dict = {"task": {"train": len(train_p), "test": len(test_p), "example": train_rows[0]},
-                     "head_token_ids": head_ids, "models": {}}
-    for variant in VARIANTS:
-        t = time.perf_counter()
-        rcfg = run_config(cfg, variant, bcfg, head_ids, dims, progress)
-        trainer = Trainer(rcfg, out / variant, backbones=backbones, dataset=features)
-        curve = AccuracyCurve(trainer, test_p, test_rows, cfg, out / variant / "accuracy_curve.jsonl")
-        trainer.hooks.append(curve)
-        res = trainer.run()
-        phases[f"train {variant}"] = time.perf_counter() - t
-        results["models"][variant] = {"model_dir": str(res.model_dir), "steps": res.step,
-                                      "train_seconds": phases[f"train {variant}"], "curve": curve.points}
+                     "head_token_ids": head_ids, "train_seeds": list(cfg.train.seeds),
+                     "models": {v: {"steps": cfg.train.steps, "runs": []} for v in VARIANTS}}
+    for seed in cfg.train.seeds:  # seed-major: an interrupted demo still has pairs of runs to compare
+        for variant in VARIANTS:
+            t = time.perf_counter()
+            rcfg = run_config(cfg, variant, bcfg, head_ids, dims, progress, seed=seed)
+            run_dir = out / variant / f"seed-{seed}"
+            trainer = Trainer(rcfg, run_dir, backbones=backbones, dataset=features)
+            curve = AccuracyCurve(trainer, test_p, test_rows, cfg, run_dir / "accuracy_curve.jsonl")
+            trainer.hooks.append(curve)
+            res = trainer.run()
+            key = f"train {variant}"
+            phases[key] = phases.get(key, 0.0) + time.perf_counter() - t
+            results["models"][variant]["runs"].append({"seed": seed, "model_dir": str(res.model_dir),
+                                                       "steps": res.step, "train_seconds": time.perf_counter() - t,
+                                                       "curve": curve.points})
 
     t = time.perf_counter()
     ev = cfg.eval
-    total = len(VARIANTS) * len(ev.samplers) * len(ev.nfes) * len(ev.seeds)
+    total = len(VARIANTS) * len(cfg.train.seeds) * len(ev.samplers) * len(ev.nfes) * len(ev.seeds)
     with tqdm(total=total, desc="evaluate", disable=not progress) as bar:
         for variant in VARIANTS:
-            model = ElfModel.from_pretrained(results["models"][variant]["model_dir"])
-            model.attach_backbones(backbones)
-            results["models"][variant]["eval"] = evaluate(model, test_p, test_rows, cfg, bar)
+            evals = {}
+            for run in results["models"][variant]["runs"]:
+                model = ElfModel.from_pretrained(run["model_dir"])
+                model.attach_backbones(backbones)
+                evals[run["seed"]] = evaluate(model, test_p, test_rows, cfg, bar)
+            results["models"][variant]["eval"] = merge_evals(evals)
     phases["evaluate"] = time.perf_counter() - t
     phases["total"] = time.perf_counter() - start
     results["phases_seconds"] = phases

@@ -44,12 +44,29 @@ def rope_tables(num_identity: int, length: int, head_dim: int, theta: float, dev
     return cos.float(), sin.float()
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs (2i, 2i+1) of ``x`` (B, heads, S, head_dim) by the angles in cos/sin (S, head_dim/2)."""
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """Rotate pairs (2i, 2i+1) of ``x`` (B, heads, S, head_dim) by the angles in cos/sin (S, head_dim/2), in fp32.
+
+    The result has ``x``'s dtype unless ``dtype`` is given (attention on the CPU keeps fp32 to skip two casts).
+    """
     xf = x.float().unflatten(-1, (-1, 2))
     x0, x1 = xf[..., 0], xf[..., 1]
     out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
-    return out.flatten(-2).to(x.dtype)
+    return out.flatten(-2).to(dtype or x.dtype)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """softmax(q k^T / sqrt(head_dim)) v over (B, heads, S, head_dim); bidirectional, no mask.
+
+    On the CPU the short sequences of a small student run as two plain fp32 matmuls: PyTorch's CPU flash kernel
+    (bf16 under autocast) costs several times more there, its backward most of all (measured in
+    benchmarks/bench_demo_step.py). Elsewhere SDPA picks its fused kernel. Same function up to float rounding.
+    """
+    if q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k, v)
+    with torch.autocast("cpu", enabled=False):
+        scores = (q.float() * q.shape[-1] ** -0.5) @ k.float().transpose(-1, -2)
+        return scores.softmax(-1) @ v.float()
 
 
 class Attention(nn.Module):
@@ -68,9 +85,10 @@ class Attention(nn.Module):
         """x (B, S, width) -> (B, S, width)."""
         b, s, _ = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q = apply_rope(self.q_norm(q), cos, sin)
-        k = apply_rope(self.k_norm(k), cos, sin)
-        out = F.scaled_dot_product_attention(q, k, v)
+        keep = torch.float32 if x.device.type == "cpu" else None
+        q = apply_rope(self.q_norm(q), cos, sin, keep)
+        k = apply_rope(self.k_norm(k), cos, sin, keep)
+        out = attention(q, k, v).to(v.dtype)
         return self.proj(out.transpose(1, 2).reshape(b, s, -1))
 
 

@@ -73,11 +73,28 @@ class ElfStudent(nn.Module):
         self._rope_cache: dict = {}
 
     # -- pieces -------------------------------------------------------------------------------------------------
-    def _input_path(self, z: Tensor, q: Tensor) -> Tensor:
-        """[z, q] (.., d) each -> (.., H) through self_cond_proj and the bottleneck, in fp32."""
+    def _input_weights(self) -> tuple[Tensor, Tensor, Tensor]:
+        """(M_z, M_q, c): the bottleneck's first map folded into self_cond_proj, B W = [M_z | M_q], c = B b.
+
+        self_cond_proj (2d -> d) followed by the bias-free bottleneck B (d -> bottleneck) is one linear map
+        (2d -> bottleneck); applying the folded (bottleneck, 2d) matrix costs bottleneck / d of the unfolded one
+        per token (the 576-wide input path was most of a small student's step). Same parameters, same function
+        and gradients up to float reassociation (tests/model/test_student.py checks it against the unfolded maps).
+        """
+        with torch.autocast(self.self_cond_proj.weight.device.type, enabled=False):
+            bott = self.text_proj[0].weight
+            m = bott @ self.self_cond_proj.weight
+            d = self.config.feature_dim
+            return m[:, :d], m[:, d:], bott @ self.self_cond_proj.bias
+
+    def _input_path(self, z: Tensor, q: Tensor, weights: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
+        """[z, q] (.., d) each -> (.., H) through self_cond_proj and the bottleneck, in fp32; q=None means 0."""
+        m_z, m_q, c = weights if weights is not None else self._input_weights()
         with torch.autocast(z.device.type, enabled=False):
-            u = self.self_cond_proj(torch.cat([z.float(), q.float()], dim=-1))
-            return self.text_proj(u)
+            u = F.linear(z.float(), m_z, c)
+            if q is not None:
+                u = u + F.linear(q.float(), m_q)
+            return self.text_proj[1](u)
 
     def _rope(self, num_identity: int, length: int, device: torch.device) -> tuple[Tensor, Tensor]:
         key = (num_identity, length, device)
@@ -127,7 +144,8 @@ class ElfStudent(nn.Module):
         if t.shape != (b,) or w.shape != (b,):
             raise ValueError(f"t and w must have shape ({b},), got {tuple(t.shape)} and {tuple(w.shape)}")
 
-        x = self._input_path(z, q)
+        weights = self._input_weights()
+        x = self._input_path(z, q, weights)
         with torch.autocast(z.device.type, enabled=False):
             t_tok = self.time_tokens + self.t_embedder(t)[:, None]
             w_tok = self.w_tokens + self.w_embedder(w)[:, None]
@@ -141,7 +159,7 @@ class ElfStudent(nn.Module):
             rq = torch.zeros_like(reg) if reg_q is None else reg_q
             with torch.autocast(z.device.type, enabled=False):
                 r_d = self.reg_in(torch.cat([reg, rq]).float())
-            parts.append(self._input_path(r_d[:b], r_d[b:])[:, None])
+            parts.append(self._input_path(r_d[:b], r_d[b:], weights)[:, None])
             has_extra = True
         elif cfg.extra_token == "olt":
             parts.append(self.olt_token.expand(b, -1, -1))

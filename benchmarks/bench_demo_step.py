@@ -1,0 +1,209 @@
+"""The demo's training step (elfreg demo: 4 x 64 student, batch 32, canvas 30, SmolLM2 widths) against its limit.
+
+Prints, from one run: the whole step (Trainer.step_once: draws, loss with its two self-conditioning passes, backward,
+clipping, AdamW, EMA) of ELF and ELF-REG, the share of each phase, and the student's bare forward + backward on the
+same batch (one mixed pass, no self-conditioning passes, no optimiser): the limit a step cannot beat. With
+``--base SRC`` (the ``src`` folder of another checkout, e.g. ``git worktree add /tmp/base e88346d``) the same step
+of that code runs in a second process, interleaved round by round with this one, and the ratio old / new is
+printed: on a shared machine both sides see the same load.
+
+    PYTHONPATH=src python benchmarks/bench_demo_step.py [--base /tmp/base/src] [--rounds 6] [--steps 20]
+    PYTHONPATH=src python benchmarks/bench_demo_step.py --profile   # torch.profiler tables by operator / module
+
+Random features stand in for SmolLM2's (widths 576; the step's cost does not depend on their values).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+HERE = Path(__file__).resolve()
+D, VOCAB, N_ROWS = 576, 49152, 256
+
+
+def _setup(variant: str, out: Path):
+    """A Trainer of the demo's run config on in-memory random features (fake backbones of SmolLM2's widths)."""
+    import torch
+
+    from elfreg.config import BackboneConfig
+    from elfreg.demo.config import DemoConfig
+    from elfreg.demo.run import run_config
+    from elfreg.train import CachedFeatures
+    from elfreg.train.trainer import Trainer
+
+    cfg = DemoConfig()
+    length, plen = cfg.student.canvas_len, 13
+    g = torch.Generator().manual_seed(0)
+    head_ids = sorted(set(torch.randint(0, VOCAB, (60,), generator=g).tolist()) | {2})
+    tokens = torch.tensor(head_ids)[torch.randint(0, len(head_ids), (N_ROWS, length), generator=g)]
+    pm = torch.zeros(N_ROWS, length, dtype=torch.bool)
+    pm[:, :plen] = True
+    cm = torch.zeros_like(pm)
+    cm[:, plen:plen + 15] = True
+    x = torch.randn(N_ROWS, length, D, generator=g).half()
+    tensors = {"x": x, "tokens": tokens, "prompt_mask": pm, "content_mask": cm,
+               "teacher": torch.randn(N_ROWS, length, D, generator=g).half(),
+               "reg": torch.randn(N_ROWS, D, generator=g).half(),
+               "teacher_at_source": torch.randn(N_ROWS, D, generator=g).half()}
+    bcfg = BackboneConfig(encoder="unused", teacher="unused", encoder_layer=6, teacher_repa_layer=12,
+                          teacher_reg_layer=12)
+    backbones = SimpleNamespace(feature_dim=D, teacher_dim=D, tokenizer=range(VOCAB), cfg=bcfg)
+    rcfg = run_config(cfg, variant, bcfg, head_ids, dict(feature_dim=D, reg_dim=D, teacher_dim=D, vocab_size=VOCAB),
+                      progress=False)
+    rcfg.data.epochs = None  # endless: the benchmark takes as many steps as it likes
+    return Trainer(rcfg, out, resume="never", backbones=backbones, dataset=CachedFeatures(tensors)), cfg
+
+
+def _bare(trainer):
+    """The student's bare forward + backward on one batch of the trainer's (all rows in one mixed pass)."""
+    import torch
+
+    micro = trainer._micro_batches()
+    batch, draws = micro[0]
+    st = trainer.student
+    reg = batch.reg if st.config.extra_token == "reg" else None
+    z, q = batch.x, torch.zeros_like(batch.x)
+    dec = draws.is_decoder
+
+    def run():
+        st.zero_grad(set_to_none=True)
+        with trainer._autocast():
+            out = st(z, q, draws.t, draws.w, reg=reg, reg_q=None if reg is None else torch.zeros_like(reg),
+                     decoder=dec, repa=st.repa_projector is not None)
+            loss = out.x_hat.float().square().mean()
+            if out.logits is not None:
+                loss = loss + out.logits.float().logsumexp(-1).mean()
+            if out.repa_hidden is not None:
+                loss = loss + st.repa_projector(out.repa_hidden).float().mean()
+            if out.reg_hat is not None:
+                loss = loss + out.reg_hat.float().square().mean()
+        loss.backward()
+    return run
+
+
+def worker(threads: int) -> None:
+    """Line protocol on stdin/stdout: "<variant> <kind> <n>" -> seconds per call (median of n)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    tmp = Path(tempfile.mkdtemp())
+    runs = {}
+    for variant in ("ELF", "ELF-REG"):
+        trainer, _ = _setup(variant, tmp / variant)
+        runs[variant] = {"step": trainer, "bare": _bare(trainer), "i": 0}
+    print("ready", flush=True)
+    for line in sys.stdin:
+        variant, kind, n = line.split()
+        r = runs[variant]
+        times, phases = [], {"features": 0.0, "update": 0.0}
+        for _ in range(int(n)):
+            t0 = time.perf_counter()
+            if kind == "step":
+                m = r["step"].step_once(r["i"])
+                r["i"] += 1
+                phases["features"] += m["time_features"]
+                phases["update"] += m["time_update"]
+            else:
+                r["bare"]()
+            times.append(time.perf_counter() - t0)
+        print(json.dumps({"median": statistics.median(times), "mean": statistics.fmean(times),
+                          "phases": {k: v / int(n) for k, v in phases.items()}}), flush=True)
+
+
+def profile(threads: int, steps: int) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, record_function
+    from torch.profiler import profile as tprofile
+
+    torch.set_num_threads(threads)
+    tmp = Path(tempfile.mkdtemp())
+    for variant in ("ELF", "ELF-REG"):
+        trainer, _ = _setup(variant, tmp / variant)
+        for i in range(5):
+            trainer.step_once(i)
+        with tprofile(activities=[ProfilerActivity.CPU], with_stack=False, record_shapes=False) as prof:
+            for i in range(steps):
+                with record_function("step"):
+                    trainer.step_once(5 + i)
+        print(f"== {variant}: {steps} steps, {threads} threads; self CPU time by operator")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+        print(f"== {variant}: by module / phase (total CPU time)")
+        print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25))
+
+
+class Side:
+    """One worker process running the step of the code under ``src``."""
+
+    def __init__(self, src: str, threads: int) -> None:
+        env = dict(os.environ, PYTHONPATH=src, OMP_NUM_THREADS=str(threads))
+        self.p = subprocess.Popen([sys.executable, str(HERE), "--worker", "--threads", str(threads)], env=env,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
+        assert self.p.stdout.readline().strip() == "ready", "worker failed to start"
+
+    def ask(self, variant: str, kind: str, n: int) -> dict:
+        self.p.stdin.write(f"{variant} {kind} {n}\n")
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())
+
+    def close(self) -> None:
+        self.p.stdin.close()
+        self.p.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", help="src folder of the code to compare with (e.g. /tmp/base/src)")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=20, help="calls per measurement (median taken)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--base-threads", type=int, help="threads of the --base side (default: --threads)")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args.threads)
+    if args.profile:
+        return profile(args.threads, args.steps)
+    new_src = str(HERE.parents[1] / "src")
+    sides = {"new": Side(new_src, args.threads)}
+    if args.base:
+        sides["old"] = Side(args.base, args.base_threads or args.threads)
+    res: dict = {}
+    for r in range(args.rounds):  # interleaved: every side and kind sees the machine's load alike
+        for variant in ("ELF", "ELF-REG"):
+            for name, side in sides.items():
+                for kind in ("step", "bare"):
+                    got = side.ask(variant, kind, args.steps)
+                    res.setdefault((name, variant, kind), []).append(got)
+                    print(f"round {r}: {variant} {name} {kind} {1e3 * got['median']:.1f} ms", file=sys.stderr,
+                          flush=True)
+    for side in sides.values():
+        side.close()
+    med = {k: statistics.median(r["median"] for r in v) for k, v in res.items()}
+    print(f"demo-size step: batch 32 x canvas 30, student 4 x 64, widths 576; {args.threads} threads "
+          f"({args.base_threads or args.threads} for --base); "
+          f"{args.rounds} interleaved rounds of {args.steps} calls, medians (machine load hits every side alike)")
+    for variant in ("ELF", "ELF-REG"):
+        for name in sides:
+            step, bare = med[(name, variant, "step")], med[(name, variant, "bare")]
+            ph = res[(name, variant, "step")][-1]["phases"]
+            tot = ph["features"] + ph["update"]
+            print(f"{variant:8s} {name:3s}: step {1e3 * step:7.1f} ms  (batch+draws {100 * ph['features'] / tot:4.1f} %, "
+                  f"loss+backward+optimiser+EMA {100 * ph['update'] / tot:4.1f} %)   bare fwd+bwd {1e3 * bare:7.1f} ms"
+                  f"   step / bare {step / bare:.2f}x")
+        if "old" in sides:
+            print(f"{variant:8s} old / new step time: {med[('old', variant, 'step')] / med[('new', variant, 'step')]:.2f}x"
+                  f"   (new step / old bare fwd+bwd {med[('new', variant, 'step')] / med[('old', variant, 'bare')]:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
