@@ -74,7 +74,7 @@ def test_demo_models_work_with_generate_and_eval(demo_run, tmp_path):
     assert len(gen.read_text().splitlines()) == 2
     raw = tmp_path / "raw.jsonl"   # the already formatted prompt, encoded as is, is the same prompt
     prompts.write_text(json.dumps({"prompt": "Question: 3+4-2=?\nAnswer:"}) + "\n")
-    assert main(["generate", "--model", str(out / "ELF-REG/model"), "--prompts", str(prompts), "--out", str(raw),
+    assert main(["generate", "--model", str(out / "ELF-REG/seed-0/model"), "--prompts", str(prompts), "--out", str(raw),
                  "--nfe", "4", "--samples", "2", "--no-progress", "--device", "cpu", "--prompt-format", "raw"]) == 0
     responses = lambda f: [json.loads(x)["response"] for x in f.read_text().splitlines()]  # noqa: E731
     assert responses(raw) == responses(gen)

@@ -38,3 +38,34 @@ def test_long_outputs_become_digests():
     d1, d2 = encode_output(big), encode_output(list(big))
     assert "sha" in d1 and d1 == d2 and d1["n"] == len(encode_text(big))
     assert encode_output(big + [1])["sha"] != d1["sha"]
+
+
+def _elementwise(xs, open_="[", close="]"):
+    # the encoding one element at a time (a scalar never takes the flat-sequence path)
+    return open_ + ",".join(encode_text(e) for e in xs) + close
+
+
+class _Str(str):
+    pass
+
+
+def test_flat_sequences_encode_as_element_by_element():
+    cases = [["a", "é", "\u2603", 'q"uote\n', "\ud800"], [1, -5, 0, 2**62], [0.1, -2.5, 1e300, 5e-324],
+             # mixed or special elements fall back to the element-by-element path, with the same text
+             [1, 2.0], [True, 1], [2**70, 1], [float("nan"), 1.0], ["a", _Str("b")], [1, "a"]]
+    for xs in cases:
+        assert encode_text(xs) == _elementwise(xs), xs
+        assert encode_text(tuple(xs)) == _elementwise(xs, '{"$t":[', "]}"), xs
+        assert decode_text(encode_text(xs)) == xs or any(isinstance(x, float) and math.isnan(x) for x in xs)
+    assert encode_text([_Str("b")]) == '["b"]' and encode_text([]) == "[]"
+
+
+def test_digest_of_a_huge_output_is_the_sha256_of_its_text():
+    import hashlib
+
+    value = [tuple(f"c{i % 7}" for _ in range(50)) for i in range(DIGEST_THRESHOLD // 50)]
+    text = encode_text(value)
+    assert len(text) > 3 * DIGEST_THRESHOLD
+    assert encode_output(value) == {"sha": hashlib.sha256(text.encode()).hexdigest(), "n": len(text)}
+    small = ["x"] * 10
+    assert encode_output(small) == {"v": encode_text(small)}
