@@ -56,11 +56,18 @@ def _setup(variant: str, out: Path):
                "teacher_at_source": torch.randn(N_ROWS, D, generator=g).half()}
     bcfg = BackboneConfig(encoder="unused", teacher="unused", encoder_layer=6, teacher_repa_layer=12,
                           teacher_reg_layer=12)
-    backbones = SimpleNamespace(feature_dim=D, teacher_dim=D, tokenizer=range(VOCAB), cfg=bcfg)
+    tokenizer = _Vocab(range(VOCAB))  # the Trainer's plan counts tokens up to EOS
+    backbones = SimpleNamespace(feature_dim=D, teacher_dim=D, tokenizer=tokenizer, cfg=bcfg)
     rcfg = run_config(cfg, variant, bcfg, head_ids, dict(feature_dim=D, reg_dim=D, teacher_dim=D, vocab_size=VOCAB),
                       progress=False)
     rcfg.data.epochs = None  # endless: the benchmark takes as many steps as it likes
     return Trainer(rcfg, out, resume="never", backbones=backbones, dataset=CachedFeatures(tensors)), cfg
+
+
+class _Vocab(list):
+    """A stand-in tokenizer: its length and its EOS id are all the Trainer reads."""
+
+    eos_token_id = 2
 
 
 def _bare(trainer):
