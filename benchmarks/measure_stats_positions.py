@@ -32,12 +32,11 @@ def measure(positions: str, out: Path, threads: int, overrides: list[str], eval_
     """Train ELF-REG with the given statistics positions and score early-stop at the main NFE over the seeds."""
     import torch
 
-    from elfreg.backbones import Backbones, smollm2_gguf
-    from elfreg.config import BackboneConfig
+    from elfreg.backbones import Backbones
     from elfreg.data import CanvasConfig
     from elfreg.demo.cli import demo_config
-    from elfreg.demo.run import (default_cache_dir, head_token_ids, run_config, sampler_config, sample_texts,
-                                 per_problem, task_config, task_module, task_rows)
+    from elfreg.demo.run import (backbone_config, default_cache_dir, head_token_ids, per_problem, run_config,
+                                 sample_texts, sampler_config, task_config, task_module, task_rows)
     from elfreg.data.templates import apply_template
     from elfreg.hub import ElfModel
     from elfreg.train import CachedFeatures
@@ -51,11 +50,7 @@ def measure(positions: str, out: Path, threads: int, overrides: list[str], eval_
     train_p = task.make_split(cfg.task.n_train, cfg.task.seed, "train", tcfg)
     test_p = task.make_split(cfg.task.n_test, cfg.task.seed, "test", tcfg)
     train_rows, test_rows = task_rows(train_p, task), task_rows(test_p, task)
-    folder, gguf = smollm2_gguf()
-    b = cfg.backbones
-    bcfg = BackboneConfig(encoder=folder, encoder_gguf_file=gguf, encoder_layer=b.encoder_layer, teacher=folder,
-                          teacher_gguf_file=gguf, teacher_repa_layer=b.teacher_repa_layer,
-                          teacher_reg_layer=b.teacher_reg_layer, dtype=b.dtype)
+    bcfg = backbone_config(cfg)
     backbones = Backbones(bcfg)
     canvas = CanvasConfig(canvas_len=cfg.student.canvas_len, prompt_cap=cfg.student.max_prompt_len, overflow="error")
     features = CachedFeatures.build_or_load(train_rows, backbones, canvas, default_cache_dir(), task="math",

