@@ -56,14 +56,18 @@ def _two_seed_completions(tmp_path, bench, n_problems=5):
     return comp
 
 
-def test_score_reports_the_requested_ks(tmp_path):
-    bench = load_benchmark("gsm8k")
-    comp = _two_seed_completions(tmp_path, bench)
+def _score_two_seeds(tmp_path, *extra):
+    """``eval score`` on the two-sample GSM8K file with ``extra`` flags: (exit code, output folder)."""
+    comp = _two_seed_completions(tmp_path, load_benchmark("gsm8k"))
     out = tmp_path / "out"
-    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k",
-                                 "--completions", str(comp), "--out", str(out), "--allow-subset", "--no-progress",
-                                 "--k", "2,1"])
-    assert args.func(args) == 0
+    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k", "--completions", str(comp),
+                                 "--out", str(out), *extra])
+    return args.func(args), out
+
+
+def test_score_reports_the_requested_ks(tmp_path):
+    rc, out = _score_two_seeds(tmp_path, "--allow-subset", "--no-progress", "--k", "2,1")
+    assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     acc = summary["metrics"]["accuracy"]
     # problem 0: 2/2 correct, problems 1-4: 1/2 -> pass@1 = 6/10, pass@2 = 1 for all five
@@ -74,23 +78,15 @@ def test_score_reports_the_requested_ks(tmp_path):
 
 
 def test_score_default_ks_are_the_papers_that_fit(tmp_path):
-    bench = load_benchmark("gsm8k")
-    comp = _two_seed_completions(tmp_path, bench)
-    out = tmp_path / "out"
-    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k",
-                                 "--completions", str(comp), "--out", str(out), "--allow-subset", "--no-progress"])
-    assert args.func(args) == 0
+    rc, out = _score_two_seeds(tmp_path, "--allow-subset", "--no-progress")
+    assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["pass_at_k"]["ks"] == [1] and summary["pass_at_k"]["dropped_ks"] == [4]
     assert "Not reported (k > 2 samples): pass@4" in (out / "summary.md").read_text()
 
 
 def test_score_k_beyond_samples_fails_before_scoring(tmp_path, capsys):
-    bench = load_benchmark("gsm8k")
-    comp = _two_seed_completions(tmp_path, bench)
-    out = tmp_path / "out"
-    args = _parser().parse_args(["eval", "score", "--benchmark", "gsm8k",
-                                 "--completions", str(comp), "--out", str(out), "--k", "1,4"])
-    assert args.func(args) == 2
+    rc, out = _score_two_seeds(tmp_path, "--k", "1,4")
+    assert rc == 2
     assert "pass@4 needs at least 4 samples per problem, but there are 2" in capsys.readouterr().err
     assert not out.exists()
