@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import builtins
 import gzip
 import json
@@ -63,12 +64,21 @@ class CheckResult:
         return self.status == "pass"
 
 
+def _last_record(res) -> dict:
+    return res.records[-1] if res.records else {}
+
+
+def _passed(last: dict) -> bool:
+    """The runner's closing record says pass and carries the run's token (an early exit or a crash never does)."""
+    return last.get("status") == "pass" and bool(last.get("token_ok"))
+
+
 def run_asserts(sandbox: Sandbox, program: str, tests: str, time_limit_s: float) -> CheckResult:
     """Assert-style tests, the program and the tests in one namespace (the sandbox's probe and the tests'
     yardstick; scoring never uses it: a program sharing a process with its tests can forge a pass)."""
     res = sandbox.run({"mode": "asserts", "program": program, "tests": tests}, deadline_s=time_limit_s)
-    last = res.records[-1] if res.records else {}
-    if last.get("status") == "pass" and last.get("token_ok"):
+    last = _last_record(res)
+    if _passed(last):
         return CheckResult("pass")
     if res.timed_out:
         return CheckResult("timeout", f"exceeded {time_limit_s:.1f}s")
@@ -100,27 +110,37 @@ class ReplaySpec:
         """HumanEval style (the tests define ``check``): all of it runs in the checker, on the prompt;
         MBPP style (top-level asserts): non-assert statements are setup, names called by the asserts are
         the program's."""
-        tests, entry = p.tests or "", p.entry_point or ""
-        mod = ast.parse(tests)
-        if any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for s in mod.body):
-            return cls(p.extra.get("preamble", ""), tests, "", (entry,), ())
-        seg = lambda s: ast.get_source_segment(tests, s)  # noqa: E731
-        imports = [s for s in mod.body if isinstance(s, (ast.Import, ast.ImportFrom))]
-        setup = [s for s in mod.body if not isinstance(s, (ast.Assert, ast.Import, ast.ImportFrom))]
-        asserts = [s for s in mod.body if isinstance(s, ast.Assert)]
-        refs = sorted({t.id for s in setup for t in ast.walk(s) if isinstance(t, ast.Name)
-                       and isinstance(t.ctx, ast.Store)})
-        called = {n.func.id for s in asserts for n in ast.walk(s)
-                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-        bound = set(refs) | {(a.asname or a.name).split(".")[0] for s in imports for a in s.names}
-        proxies = [entry] + sorted(called - bound - set(dir(builtins)) - {entry})
-        return cls(p.extra.get("preamble", "") + "\n" + "\n".join(map(seg, imports)),
-                   "\n".join(map(seg, asserts)) + "\n", "\n".join(map(seg, setup)) + "\n", tuple(proxies),
-                   tuple(refs))
+        return _replay_spec(p.tests or "", p.entry_point or "", p.extra.get("preamble", ""))
 
     def payload(self, mode: str) -> dict:
         return {"mode": mode, "preamble": self.preamble, "body": self.body, "setup": self.setup,
                 "proxies": list(self.proxies), "refs": list(self.refs)}
+
+    def calls_payload(self, program: str, calls: list, time_limit_s: float) -> dict:
+        """The tested side: ``program`` (then ``setup``) answers the recorded ``calls``."""
+        return {"mode": "calls", "program": program, "setup": self.setup, "calls": encode_calls(calls),
+                "time_limits": [time_limit_s] * len(calls)}
+
+
+@functools.lru_cache(maxsize=None)
+def _replay_spec(tests: str, entry: str, preamble: str) -> ReplaySpec:
+    # Cached: every scored program of a task needs the same split, and parsing the tests is not free.
+    mod = ast.parse(tests)
+    if any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for s in mod.body):
+        return ReplaySpec(preamble, tests, "", (entry,), ())
+    seg = lambda s: ast.get_source_segment(tests, s)  # noqa: E731
+    imports = [s for s in mod.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+    setup = [s for s in mod.body if not isinstance(s, (ast.Assert, ast.Import, ast.ImportFrom))]
+    asserts = [s for s in mod.body if isinstance(s, ast.Assert)]
+    refs = sorted({t.id for s in setup for t in ast.walk(s) if isinstance(t, ast.Name)
+                   and isinstance(t.ctx, ast.Store)})
+    called = {n.func.id for s in asserts for n in ast.walk(s)
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    bound = set(refs) | {(a.asname or a.name).split(".")[0] for s in imports for a in s.names}
+    proxies = [entry] + sorted(called - bound - set(dir(builtins)) - {entry})
+    return ReplaySpec(preamble + "\n" + "\n".join(map(seg, imports)),
+                      "\n".join(map(seg, asserts)) + "\n", "\n".join(map(seg, setup)) + "\n", tuple(proxies),
+                      tuple(refs))
 
 
 def _same_output(out: dict, exp: dict) -> bool:
@@ -135,9 +155,7 @@ def run_tests(sandbox: Sandbox, program: str, spec: ReplaySpec, exp: dict, rule:
     from :class:`ExpectedOutputs`."""
     calls, outputs = exp["calls"], exp["outputs"]
     limit = min(rule.limit(exp["ref_time"]), rule.sample_cap_s)
-    payload = {"mode": "calls", "program": program, "setup": spec.setup, "calls": encode_calls(calls),
-               "time_limits": [limit] * len(calls)}
-    res = sandbox.run(payload, deadline_s=limit)
+    res = sandbox.run(spec.calls_payload(program, calls, limit), deadline_s=limit)
     got: dict[int, dict] = {}
     for rec in res.records:
         i = rec.get("i")
@@ -145,7 +163,7 @@ def run_tests(sandbox: Sandbox, program: str, spec: ReplaySpec, exp: dict, rule:
             # Keep only plain fields of the expected types: the checker gets nothing else from the program.
             got[i] = {k: rec[k] for k, typ in (("v", str), ("sha", str), ("n", int), ("error", str))
                       if isinstance(rec.get(k), typ)}
-    last = res.records[-1] if res.records else {}
+    last = _last_record(res)
     if len(got) < len(calls):
         if res.timed_out:
             return CheckResult("timeout", f"exceeded {limit:.1f}s after {len(got)} of {len(calls)} calls")
@@ -157,8 +175,8 @@ def run_tests(sandbox: Sandbox, program: str, spec: ReplaySpec, exp: dict, rule:
     chk = dict(spec.payload("check"), program="", calls=calls, outputs=[got[i] for i in range(len(calls))])
     budget = max(30.0, rule.factor * exp.get("check_time", 0.0))
     r = sandbox.run(chk, deadline_s=budget)
-    last = r.records[-1] if r.records else {}
-    if last.get("status") == "pass" and last.get("token_ok"):
+    last = _last_record(r)
+    if _passed(last):
         return CheckResult("pass")
     if last.get("status") == "fail":
         return CheckResult("fail", f"{last.get('error')}: {last.get('msg', '')}"[:300])
@@ -196,7 +214,7 @@ def run_io(sandbox: Sandbox, program: str, problem: Problem, dataset: str, input
     res = sandbox.run(payload, deadline_s=cap, record_deadlines=waits, stop=stop)
     if "bad" in verdict:
         return CheckResult("timeout" if verdict["bad"].startswith("timeout") else "fail", verdict["bad"])
-    last = res.records[-1] if res.records else {}
+    last = _last_record(res)
     if last.get("status") == "done" and last.get("token_ok") and len(verdict.get("seen", ())) == len(inputs):
         return CheckResult("pass")
     if res.timed_out:
@@ -270,15 +288,13 @@ class ExpectedOutputs:
         spec = ReplaySpec.from_problem(p)
         fail = f"{self.benchmark.name} {p.task_id}: reference solution"
         res = self.sandbox.run(dict(spec.payload("record"), program=p.reference), deadline_s=300.0)
-        last = res.records[-1] if res.records else {}
-        if not (last.get("status") == "pass" and last.get("token_ok")):
+        last = _last_record(res)
+        if not _passed(last):
             raise RuntimeError(f"{fail} fails its tests: {last.get('error')}: {last.get('msg', '')} "
                                f"(timed out: {res.timed_out})")
         calls = [[r["f"], r["a"], r["k"]] for r in res.records if "f" in r]
         t0 = time.monotonic()
-        out = self.sandbox.run({"mode": "calls", "program": p.reference, "setup": spec.setup,
-                                "calls": encode_calls(calls), "time_limits": [300.0] * len(calls)},
-                               deadline_s=300.0)
+        out = self.sandbox.run(spec.calls_payload(p.reference, calls, 300.0), deadline_s=300.0)
         ref_time = time.monotonic() - t0
         outputs = [{k: r[k] for k in ("v", "sha", "n", "error") if k in r} for r in out.records if "i" in r]
         if len(outputs) != len(calls) or any("error" in o for o in outputs):
@@ -286,8 +302,8 @@ class ExpectedOutputs:
         t0 = time.monotonic()
         chk = self.sandbox.run(dict(spec.payload("check"), program="", calls=calls, outputs=outputs),
                                deadline_s=300.0)
-        last = chk.records[-1] if chk.records else {}
-        if not (last.get("status") == "pass" and last.get("token_ok") and last.get("calls") == len(calls)):
+        last = _last_record(chk)
+        if not (_passed(last) and last.get("calls") == len(calls)):
             raise RuntimeError(f"{fail}: the replayed tests fail on its own outputs: {last}")
         return {"calls": calls, "outputs": outputs, "ref_time": ref_time,
                 "check_time": time.monotonic() - t0}
