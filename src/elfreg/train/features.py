@@ -60,6 +60,11 @@ def unpadded_response_mask(tokens: Tensor, prompt_mask: Tensor, eos_id: int) -> 
     return response & (pos <= first_eos)
 
 
+def paper_token_mask(tokens: Tensor, prompt_mask: Tensor, eos_id: int) -> Tensor:
+    """(B, L) bool: the positions the paper's token budgets count: prompt + response + its EOS (spec §7)."""
+    return prompt_mask | unpadded_response_mask(tokens, prompt_mask, eos_id)
+
+
 @dataclass
 class StatsAccumulator:
     """Running statistics of x, reg (REG targets) and optionally teacher (content positions).
@@ -200,4 +205,4 @@ class CachedFeatures:
     def token_counts(self, eos_id: int) -> Tensor:
         """(rows,) prompt + response + EOS tokens of every row: the paper's count, no EOS padding (spec §7)."""
         t = self.tensors
-        return (t["prompt_mask"] | unpadded_response_mask(t["tokens"], t["prompt_mask"], eos_id)).sum(1)
+        return paper_token_mask(t["tokens"], t["prompt_mask"], eos_id).sum(1)

@@ -53,6 +53,15 @@ class RowLengths:
         too_long_prompt = self.prompt > prompt_cap
         return too_long_prompt, ~too_long_prompt & (self.prompt + self.response + 1 > canvas_len)
 
+    def counts(self, canvas_len: int, prompt_cap: int) -> dict:
+        """What a plan needs of the rows that fit: rows, overflow (prompt, canvas), tokens per epoch, max tokens."""
+        prompt_over, canvas_over = self.overflow(canvas_len, prompt_cap)
+        fits = ~(prompt_over | canvas_over)
+        per_row = self.prompt[fits] + self.response[fits] + 1
+        return dict(rows=int(fits.sum()), overflow=[int(prompt_over.sum()), int(canvas_over.sum())],
+                    tokens_per_epoch=int(per_row.sum()), max_tokens=int(per_row.max()) if fits.any() else 0,
+                    rows_read=self.rows_read, bad_rows=self.bad_rows)
+
 
 def count_lengths(examples: Iterable[dict], task: str, tokenizer: Any, add_special_tokens: bool = False,
                   on_bad_row: str = "error", batch_size: int = 1024) -> RowLengths:
@@ -144,14 +153,10 @@ def make_plan(cfg, lengths: RowLengths | None = None, rows: int | None = None, o
     gb = tc.batch_size * tc.grad_accum
     bad, rows_read = 0, None
     if lengths is not None:
-        prompt_over, canvas_over = lengths.overflow(cfg.model.max_len, cfg.model.max_prompt_len)
-        fits = ~(prompt_over | canvas_over)
-        per_row = lengths.prompt[fits] + lengths.response[fits] + 1
-        rows = int(fits.sum())
-        overflow = (int(prompt_over.sum()), int(canvas_over.sum()))
-        tokens_per_epoch = int(per_row.sum())
-        max_tokens = int(per_row.max()) if rows else 0
-        bad, rows_read = lengths.bad_rows, lengths.rows_read
+        c = lengths.counts(cfg.model.max_len, cfg.model.max_prompt_len)
+        rows, overflow = c["rows"], tuple(c["overflow"])
+        tokens_per_epoch, max_tokens = c["tokens_per_epoch"], c["max_tokens"]
+        bad, rows_read = c["bad_rows"], c["rows_read"]
     if rows is None or tokens_per_epoch is None:
         raise ValueError("make_plan: give the row lengths, or rows and tokens_per_epoch")
     skipped = sum(overflow)

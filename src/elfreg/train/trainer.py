@@ -28,7 +28,7 @@ from elfreg.stats import FeatureStats
 from elfreg.train import checkpoint as ck
 from elfreg.train.config import RunConfig
 from elfreg.train.dist import DistInfo, all_reduce_sum, barrier, init_distributed, resolve_device, wrap
-from elfreg.train.features import CachedFeatures, StatsAccumulator, standardize_batch, unpadded_response_mask
+from elfreg.train.features import CachedFeatures, StatsAccumulator, paper_token_mask, standardize_batch
 from elfreg.train.metrics import MetricsLog
 from elfreg.train.optim import EMA, build_optimizers, lr_at
 from elfreg.train.plan import TrainPlan, check_overflow, count_lengths, make_plan
@@ -70,12 +70,7 @@ def count_rows(cfg: RunConfig, tokenizer) -> dict:
     d = cfg.data
     stream = run_stream(dataclasses.replace(cfg, data=dataclasses.replace(d, shuffle_buffer=1)), epochs=1)
     lengths = count_lengths(stream, d.task, tokenizer, cfg.canvas.add_special_tokens, d.on_bad_row)
-    prompt_over, canvas_over = lengths.overflow(cfg.model.max_len, cfg.model.max_prompt_len)
-    fits = ~(prompt_over | canvas_over)
-    per_row = lengths.prompt[fits] + lengths.response[fits] + 1
-    return dict(rows=int(fits.sum()), overflow=[int(prompt_over.sum()), int(canvas_over.sum())],
-                tokens_per_epoch=int(per_row.sum()), max_tokens=int(per_row.max()) if fits.any() else 0,
-                rows_read=lengths.rows_read, bad_rows=lengths.bad_rows)
+    return lengths.counts(cfg.model.max_len, cfg.model.max_prompt_len)
 
 
 def plan_from_counts(cfg: RunConfig, counts: dict) -> TrainPlan:
@@ -361,15 +356,16 @@ class Trainer:
             return None
         t1 = time.perf_counter()
         eos = self.backbones.tokenizer.eos_token_id
-        local_tokens = sum(int((b.prompt_mask | unpadded_response_mask(b.tokens, b.prompt_mask, eos)).sum())
-                           for b, _ in micro)
+        # The paper's tokens ride on the counts' all-reduce, as a tensor: no host sync before the forward passes.
+        local_tokens = sum(paper_token_mask(b.tokens, b.prompt_mask, eos).sum() for b, _ in micro)
         counts = {}
         for batch, draws in micro:
             for k, v in loss_counts(batch, draws, cfg.objective, cfg.model.extra_token).items():
                 counts[k] = counts.get(k, 0) + v.to(self.device)
         names = sorted(counts)
-        total = all_reduce_sum(torch.stack([counts[k].float() for k in names]), info)
-        counts = {k: total[i] for i, k in enumerate(names)}
+        total = all_reduce_sum(torch.stack([counts[k].float() for k in names]
+                                           + [local_tokens.float().to(self.device)]), info)
+        counts, tokens_t = {k: total[i] for i, k in enumerate(names)}, total[-1]
         self.optim.set_lr(lr_at(step, cfg.train, self.warmup_steps))
         self.optim.zero_grad()
         sums = torch.zeros(len(SUM_TERMS) + len(MEAN_TERMS), device=self.device)
@@ -398,7 +394,7 @@ class Trainer:
         self.ema.update(self.student)
         t2 = time.perf_counter()
         metrics = {k: float(sums[i]) for i, k in enumerate(SUM_TERMS + MEAN_TERMS)}
-        tokens = int(all_reduce_sum(torch.tensor([float(local_tokens)], device=self.device), info)[0])
+        tokens = int(tokens_t)
         metrics.update(lr=lr_at(step, cfg.train, self.warmup_steps), grad_norm=float(_full(grad_norm)),
                        time_features=t1 - t0, time_update=t2 - t1, tokens=tokens,
                        canvas_tokens=cfg.train.batch_size * cfg.train.grad_accum * micro[0][0].x.shape[1])
