@@ -289,10 +289,10 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
             curve = AccuracyCurve(trainer, test_p, test_rows, cfg, run_dir / "accuracy_curve.jsonl")
             trainer.hooks.append(curve)
             res = trainer.run()
-            key = f"train {variant}"
-            phases[key] = phases.get(key, 0.0) + time.perf_counter() - t
+            seconds = time.perf_counter() - t
+            phases[f"train {variant}"] = phases.get(f"train {variant}", 0.0) + seconds
             results["models"][variant]["runs"].append({"seed": seed, "model_dir": str(res.model_dir),
-                                                       "steps": res.step, "train_seconds": time.perf_counter() - t,
+                                                       "steps": res.step, "train_seconds": seconds,
                                                        "curve": curve.points})
 
     t = time.perf_counter()

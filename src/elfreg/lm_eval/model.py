@@ -32,7 +32,7 @@ from tqdm import tqdm
 from elfreg.data.templates import format_prompt
 from elfreg.sampling.config import SamplerConfig, w_for_task
 from elfreg.sampling.decode import detokenize
-from elfreg.sampling.pipeline import GenerationPipeline
+from elfreg.sampling.pipeline import GenerationPipeline, prompt_limit
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ class ElfLM(LM):
         truncated = 0
         prompt_ids = self.pipeline.encoder.prompt_token_ids([r.args[0] for r in requests])
         canvas = self.pipeline.canvas_len
-        cap = min(self.pipeline.max_prompt_len or canvas - 1, canvas - 1)
+        cap = prompt_limit(canvas, self.pipeline.max_prompt_len)
         for i, (req, ids) in enumerate(zip(requests, prompt_ids, strict=True)):
             where = f"request {i} (task {req.task_name}, doc {req.doc_id})"
             context, gen_kwargs = req.args[0], dict(req.args[1] if len(req.args) > 1 else {})

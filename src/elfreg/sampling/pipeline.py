@@ -41,13 +41,18 @@ class PromptEncoder(Protocol):
     def encode_prompts(self, prompts: list[str]) -> Any: ...
 
 
+def prompt_limit(canvas_len: int, max_prompt_len: int | None) -> int:
+    """The most prompt tokens a canvas takes: ``max_prompt_len``, and at least one response position."""
+    return canvas_len - 1 if max_prompt_len is None else min(max_prompt_len, canvas_len - 1)
+
+
 def validate_prompts(prompts: Sequence[str], encoder: PromptEncoder, canvas_len: int, max_prompt_len: int | None,
                      source: str = "prompts", line_numbers: Sequence[int] | None = None) -> None:
     """Raise ValueError (naming source and line) for no prompts, an empty prompt, or a prompt too long for the canvas."""
     if len(prompts) == 0:
         raise ValueError(f"{source}: no prompts to generate from")
     lines = list(line_numbers) if line_numbers is not None else list(range(1, len(prompts) + 1))
-    limit = canvas_len - 1 if max_prompt_len is None else min(max_prompt_len, canvas_len - 1)
+    limit = prompt_limit(canvas_len, max_prompt_len)
     for i, p in enumerate(prompts):
         if not isinstance(p, str) or not p.strip():
             raise ValueError(f"{source}:{lines[i]}: empty prompt")
