@@ -9,6 +9,7 @@ printed: on a shared machine both sides see the same load.
 
     PYTHONPATH=src python benchmarks/bench_demo_step.py [--base /tmp/base/src] [--rounds 6] [--steps 20]
     PYTHONPATH=src python benchmarks/bench_demo_step.py --profile   # torch.profiler tables by operator / module
+    PYTHONPATH=src python benchmarks/bench_demo_step.py --lanes     # two runs side by side, as the demo trains
 
 Random features stand in for SmolLM2's (widths 576; the step's cost does not depend on their values).
 """
@@ -147,6 +148,40 @@ def profile(threads: int, steps: int) -> None:
         print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25))
 
 
+def lanes(threads: int, steps: int, rounds: int) -> None:
+    """Training throughput: two runs one after the other on ``threads`` threads, against the same two runs side by
+    side (elfreg.demo.run.side_by_side, as the demo trains) with threads / 2 each; interleaved rounds, medians."""
+    import torch
+
+    from elfreg.demo.run import side_by_side
+
+    tmp = Path(tempfile.mkdtemp())
+    for variant in ("ELF", "ELF-REG"):
+        pair = [_setup(variant, tmp / f"{variant}-{i}")[0] for i in range(2)]
+        count = [0, 0]
+
+        def run(i, stop=None, n=steps):
+            torch.set_num_threads(threads // 2 if stop is not None else threads)
+            for _ in range(n):
+                pair[i].step_once(count[i])
+                count[i] += 1
+
+        for i in range(2):
+            run(i, n=3)  # warm-up
+        seq, par = [], []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            run(0), run(1)
+            seq.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            side_by_side([0, 1], run, 2)
+            par.append(time.perf_counter() - t0)
+        s, p = statistics.median(seq), statistics.median(par)
+        print(f"{variant:8s} 2 runs x {steps} steps: one after the other ({threads} threads) {1e3 * s / (2 * steps):6.1f} "
+              f"ms/step, side by side ({threads // 2} each) {1e3 * p / (2 * steps):6.1f} ms/step: {s / p:.2f}x the steps/s")
+    torch.set_num_threads(threads)
+
+
 class Side:
     """One worker process running the step of the code under ``src``."""
 
@@ -175,11 +210,14 @@ def main() -> None:
     ap.add_argument("--base-threads", type=int, help="threads of the --base side (default: --threads)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--lanes", action="store_true", help="two runs side by side vs one after the other")
     args = ap.parse_args()
     if args.worker:
         return worker(args.threads)
     if args.profile:
         return profile(args.threads, args.steps)
+    if args.lanes:
+        return lanes(args.threads, args.steps, args.rounds)
     new_src = str(HERE.parents[1] / "src")
     sides = {"new": Side(new_src, args.threads)}
     if args.base:

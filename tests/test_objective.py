@@ -6,7 +6,7 @@ import torch
 from elfreg.config import ObjectiveConfig, model_preset
 from elfreg.flow import velocity
 from elfreg.model.student import ElfStudent
-from elfreg.objective import TrainBatch, draw, elf_reg_loss, repa_loss, sc_cfg_target, x_star
+from elfreg.objective import TrainBatch, draw, elf_reg_loss, repa_loss, sc_cfg_target, sc_cfg_x_star, x_star
 
 B, L = 6, 10
 P = 3  # prompt length
@@ -74,6 +74,57 @@ def test_velocity_loss_equals_weighted_x_loss(t):
     lhs = ((v - v_tgt) ** 2).sum()
     rhs = ((x_hat - x_star(z, v_tgt, tt, 0.05)) ** 2).sum() / c**2
     assert torch.allclose(lhs, rhs, rtol=1e-5)
+
+
+@pytest.mark.parametrize("t", [0.3, 0.99])
+def test_sc_cfg_x_star_is_x_star_of_the_sc_cfg_target(t):
+    g = torch.Generator().manual_seed(2)
+    x, z, x_sc, x_no = (torch.randn(2, 5, 3, generator=g) for _ in range(4))
+    tt, b, w = torch.tensor([t, t / 2]), torch.tensor([1.0, 0.0]), torch.tensor([3.0, 0.7])
+    v_tgt = sc_cfg_target(x, z, tt, b, w, velocity(x_sc, z, tt, 0.05), velocity(x_no, z, tt, 0.05), 0.05)
+    assert torch.allclose(sc_cfg_x_star(x, x_sc, x_no, b, w), x_star(z, v_tgt, tt, 0.05), atol=1e-5)
+    # hand values: x + (1 - 1/3) (x_sc - x_no) on the b = 1 row, x on the b = 0 row
+    assert torch.allclose(sc_cfg_x_star(x, x_sc, x_no, b, w)[0], x[0] + (2 / 3) * (x_sc[0] - x_no[0]))
+    assert torch.equal(sc_cfg_x_star(x, x_sc, x_no, b, w)[1], x[1])
+
+
+class Recorder(ElfStudent):
+    """The tiny student, keeping every call's arguments (to recompute the loss the long way)."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.calls = []
+
+    def forward(self, *args, **kw):
+        self.calls.append((args, kw))
+        return super().forward(*args, **kw)
+
+
+def test_text_term_equals_the_spec_velocity_form_on_fixed_inputs():
+    """terms["l2"] == mean over denoising response tokens of ||v - v_target||^2 / d, v = velocity(x_hat, z, t), v_target
+    from sc_cfg_target of passes A and B (velocities), recomputed here from the student's own calls."""
+    cfg = ObjectiveConfig()
+    m = make_student(cls=Recorder)
+    batch = make_batch()
+    dec = torch.tensor([False, False, False, False, True, False])
+    sc = torch.tensor([True, False, True, False, True, True])
+    terms = elf_reg_loss(m, batch, make_draws(cfg, is_decoder=dec, self_cond=sc), cfg).terms
+    (za, qa, ta, wa), _ = m.calls[0]
+    (zb, qb, tb, wb), _ = m.calls[1]
+    (z, q, t, w), kw = m.calls[2]
+    with torch.no_grad():
+        x_hat = ElfStudent.forward(m, z, q, t, w, **kw).x_hat
+        rows = [0, 2, 5]
+        pm = batch.prompt_mask[rows].unsqueeze(-1)
+        x_s = batch.x[rows]
+        x_a = torch.where(pm, x_s, ElfStudent.forward(m, za, qa, ta, wa, **m.calls[0][1]).x_hat)
+        x_b = torch.where(pm, x_s, ElfStudent.forward(m, zb, qb, tb, wb, **m.calls[1][1]).x_hat)
+    v_tgt = velocity(batch.x, z, t, cfg.c_t_floor)
+    v_tgt[rows] = sc_cfg_target(x_s, za, ta, torch.ones(3), wa, velocity(x_b, za, ta, cfg.c_t_floor),
+                                velocity(x_a, za, ta, cfg.c_t_floor), cfg.c_t_floor)
+    per_tok = ((velocity(x_hat, z, t, cfg.c_t_floor) - v_tgt) ** 2).mean(-1)
+    den_resp = ~batch.prompt_mask & ~dec[:, None]
+    assert terms["l2"].item() == pytest.approx(per_tok[den_resp].mean().item(), rel=1e-5)
 
 
 def test_loss_is_weighted_sum_of_terms():

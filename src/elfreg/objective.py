@@ -41,7 +41,11 @@ class TrainBatch:
 
 @dataclass
 class Draws:
-    """Per-example random draws of one training step (spec §4). Shapes: (B,) unless noted."""
+    """Per-example random draws of one training step (spec §4). Shapes: (B,) unless noted.
+
+    A row is either a denoising row (it reads eps, eps_r) or a decoder row (it reads eps_dec, eps_r_dec), never
+    both, so ``draw`` fills each pair from one noise tensor (the same tensor object); tests may set them apart.
+    """
 
     is_decoder: Tensor  # bool
     t: Tensor
@@ -55,32 +59,58 @@ class Draws:
     eps_r_dec: Tensor | None = None  # (B, d_r)
 
 
+def _lam(cfg: ObjectiveConfig, normal: Tensor) -> Tensor:
+    """Decoder-input signal fraction lambda = sigmoid(mean + std N(0, 1)) (spec §4)."""
+    return torch.sigmoid(cfg.decoder_lambda_mean + cfg.decoder_lambda_std * normal)
+
+
 def draw(cfg: ObjectiveConfig, generators: list[torch.Generator], length: int, d: int, d_r: int | None) -> Draws:
-    """Draw every random quantity of a step, example i from ``generators[i]`` only (CPU tensors)."""
+    """Draw every random quantity of a step, example i from ``generators[i]`` only (CPU tensors).
+
+    Per row, in this order: is_decoder, t, self_cond, w, the state noise (L, d), lam, then for a REG model the REG
+    noise (d_r) and lam_r. One noise serves the denoising and the decoder input (see ``Draws``): drawing both cost
+    half of a demo step's draws. The noise is written in place, without per-row tensors to concatenate.
+    """
+    n = len(generators)
+    noise = torch.empty(n, length, d)
+    noise_r = torch.empty(n, d_r) if d_r is not None else None
     rows = []
-    for g in generators:
+    for i, g in enumerate(generators):
         row = dict(
             is_decoder=torch.rand(1, generator=g) < cfg.decoder_prob,
             t=sample_t(1, cfg.t_mean, cfg.t_std, g),
             self_cond=torch.rand(1, generator=g) < cfg.self_cond_prob,
             w=sample_w(1, cfg.w_min, cfg.w_max, cfg.w_law, g),
-            eps=torch.randn(1, length, d, generator=g),
-            lam=torch.sigmoid(cfg.decoder_lambda_mean + cfg.decoder_lambda_std * torch.randn(1, length, generator=g)),
-            eps_dec=torch.randn(1, length, d, generator=g),
         )
-        if d_r is not None:
-            row["eps_r"] = torch.randn(1, d_r, generator=g)
-            row["lam_r"] = torch.sigmoid(cfg.decoder_lambda_mean + cfg.decoder_lambda_std * torch.randn(1, generator=g))
-            row["eps_r_dec"] = torch.randn(1, d_r, generator=g)
+        torch.randn(length, d, generator=g, out=noise[i])
+        row["lam"] = _lam(cfg, torch.randn(1, length, generator=g))
+        if noise_r is not None:
+            torch.randn(d_r, generator=g, out=noise_r[i])
+            row["lam_r"] = _lam(cfg, torch.randn(1, generator=g))
         rows.append(row)
-    return Draws(**{k: torch.cat([r[k] for r in rows]) for k in rows[0]})
+    out = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
+    return Draws(**out, eps=noise, eps_dec=noise, eps_r=noise_r, eps_r_dec=noise_r)
+
+
+def _guide(b: Tensor, w: Tensor, like: Tensor) -> Tensor:
+    """The SC-CFG weight b (1 - 1/w) per row, shaped to broadcast against ``like`` (spec §4)."""
+    return _bcast(b.to(like.dtype) * (1.0 - 1.0 / w), like)
 
 
 def sc_cfg_target(x: Tensor, z: Tensor, t: Tensor, b: Tensor, w: Tensor, v_sc: Tensor, v_no_sc: Tensor,
                   floor: float) -> Tensor:
     """v_target = (x - z)/c_t + b (1 - 1/w) (v_sc - v_no_sc), all (B, ...), b and w (B,) (spec §4); no grad."""
-    guide = _bcast(b.to(z.dtype) * (1.0 - 1.0 / w), z)
-    return ((x - z) / _bcast(c_t(t, floor), z) + guide * (v_sc - v_no_sc)).detach()
+    return ((x - z) / _bcast(c_t(t, floor), z) + _guide(b, w, z) * (v_sc - v_no_sc)).detach()
+
+
+def sc_cfg_x_star(x: Tensor, x_sc: Tensor, x_no_sc: Tensor, b: Tensor, w: Tensor) -> Tensor:
+    """The SC-CFG target in clean-state form: x*_t = z_t + c_t v_target = x + b (1 - 1/w) (x_sc - x_no_sc).
+
+    Since v_sc - v_no_sc = (x_sc - x_no_sc)/c_t (both velocities are taken at the same z_t, t), this is
+    ``x_star(z, sc_cfg_target(...))`` without any velocity (tests/test_objective.py checks the identity); the loss
+    uses it with ||v - v_target||^2 = c_t^-2 ||x_hat - x*_t||^2, which saves the (B, L, d) velocity arithmetic.
+    """
+    return (x + _guide(b, w, x) * (x_sc - x_no_sc)).detach()
 
 
 def x_star(z: Tensor, v_target: Tensor, t: Tensor, floor: float) -> Tensor:
@@ -180,7 +210,7 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
     z_dec = lam * x + (1.0 - lam) * cfg.decoder_noise_scale * dr["eps_dec"]
     z = torch.where(pm3, x, torch.where(dec[:, None, None], z_dec, z_den))
     w = dr["w"]
-    q0 = torch.where(pm3 & den[:, None, None], x, torch.zeros_like(x))  # decoder mode: q = 0 everywhere
+    q = x.masked_fill(~(pm3 & den[:, None, None]), 0.0)  # decoder mode: q = 0 everywhere
 
     r_in = r = None
     if mcfg.extra_token == "reg":
@@ -195,9 +225,10 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
     qr0 = torch.zeros_like(r_in) if r_in is not None else None
 
     # Self-conditioning and the SC-CFG target: two gradient-free passes on the self-conditioned rows (spec §4).
-    q, qr = q0, qr0
-    v_star = velocity(x, z, t, floor)
-    v_tgt = v_star
+    # The text term is c_t^-2 ||x_hat - x*_t||^2 / d = ||v - v_target||^2 / d, with x*_t = x on the rows without
+    # self-conditioning (their v_target is (x - z)/c_t) and sc_cfg_x_star on the others.
+    qr = qr0
+    x_tgt = x
     v_r_tgt = velocity(r, r_in, t, floor) if use_reg else None
     if sc.any():
         with torch.no_grad():
@@ -206,16 +237,13 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
             sc_idx = _rows(sc)
             sub = lambda a: a[sc_idx] if a is not None else None  # noqa: E731
             z_s, t_s, w_s, x_s, pm_s = z[sc_idx], t[sc_idx], w[sc_idx], x[sc_idx], pm3[sc_idx]
-            out_a = student(z_s, q0[sc_idx], t_s, w_s, reg=sub(r_in), reg_q=sub(qr0))
+            out_a = student(z_s, q[sc_idx], t_s, w_s, reg=sub(r_in), reg_q=sub(qr0))
             x_a = torch.where(pm_s, x_s, out_a.x_hat)
             out_b = student(z_s, x_a, t_s, w_s, reg=sub(r_in), reg_q=out_a.reg_hat)
             x_b = torch.where(pm_s, x_s, out_b.x_hat)
-            v_a = velocity(x_a, z_s, t_s, floor)
-            v_b = velocity(x_b, z_s, t_s, floor)
-            v_tgt = v_star.clone()
-            v_tgt[sc_idx] = sc_cfg_target(x_s, z_s, t_s, torch.ones_like(t_s), w_s, v_b, v_a, floor)
-            q = q0.clone()
-            q[sc_idx] = x_a
+            x_tgt = x.clone()
+            x_tgt[sc_idx] = sc_cfg_x_star(x_s, x_b, x_a, torch.ones_like(t_s), w_s)
+            q[sc_idx] = x_a  # q is this function's own tensor: no copy
             if use_reg:
                 v_r_tgt = v_r_tgt.clone()
                 v_r_tgt[sc_idx] = sc_cfg_target(
@@ -225,12 +253,11 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
             if qr0 is not None and out_a.reg_hat is not None:
                 qr = qr0.clone()
                 qr[sc_idx] = out_a.reg_hat
-    v_tgt = v_tgt.detach()
 
     # The gradient pass: one mixed forward over denoising and decoder rows.
     out = student(z, q, t, w, reg=r_in, reg_q=qr, decoder=dec, repa=cfg.use_repa)
-    v = velocity(out.x_hat, z, t, floor)
-    l2_tok = ((v - v_tgt) ** 2).mean(-1)  # (B, L): ||v - v_target||^2 / d
+    inv_c2 = c_t(t, floor).reciprocal().square()[:, None]
+    l2_tok = (out.x_hat - x_tgt).square().mean(-1) * inv_c2  # (B, L): ||v - v_target||^2 / d
     den_resp = resp & den[:, None]
     dec_resp = resp & dec[:, None]
     l2_sum = (l2_tok * den_resp).sum()

@@ -86,6 +86,23 @@ def test_demo_models_work_with_generate_and_eval(demo_run, tmp_path):
     assert summary["problems"] == 4 and summary["generation"]["nfe"] == 4
 
 
+def test_runs_side_by_side_train_the_same_models_as_one_after_another(demo_run, tmp_path):
+    out, cache = demo_run
+    cfg = demo_config(True, [])
+    assert cfg.lanes == 2 and cfg.threads == 2  # demo_run trained two lanes of one thread each
+    seq = tmp_path / "seq"
+    assert main(["demo", "--quick", "--out", str(seq), "--cache-dir", str(cache), "--no-progress",
+                 "lanes=1", "threads=1"]) == 0
+    for variant in ("ELF", "ELF-REG"):
+        for s in cfg.train.seeds:
+            run = f"{variant}/seed-{s}"
+            assert (out / run / "model/model.safetensors").read_bytes() == \
+                (seq / run / "model/model.safetensors").read_bytes(), run
+            assert read_points(out / run / "accuracy_curve.jsonl") == read_points(seq / run / "accuracy_curve.jsonl")
+    results = json.loads((out / "results.json").read_text())
+    assert results["lanes"] == 2 and "train" in results["phases_seconds"]
+
+
 def test_claims_are_computed_from_the_numbers():
     cfg = demo_config(True, [])
     cell = lambda s, n, m, sd=0.0: {"sampler": s, "nfe": n, "mean": m, "std": sd}  # noqa: E731
@@ -200,11 +217,16 @@ def test_reach_claims_pair_steps_over_training_seeds():
             "ELF-REG": [curve([0.15, 0.45, 0.6]), curve([0.15, 0.45, 0.6])]}
     results = {"models": {v: {"runs": [{"seed": s, "curve": c} for s, c in enumerate(cs)]} for v, cs in runs.items()}}
     got = {c: (o, e) for c, o, e in reach_claims(results, cfg)}
-    # 10 %: ELF 200, 100 vs ELF-REG 100, 100: d = [100, 0], mean 50, 2 s.e. 2 sqrt(5000 / 2) = 100: inconclusive
+    # 10 %: ELF 200, 100 vs ELF-REG 100, 100: d = [100, 0], mean 50; se^2 = var(d) / 2 + 100^2 / (6 * 2) (the
+    # curve's interval) = 2500 + 833.3, 2 s.e. = 115: inconclusive
     o, e = got["ELF-REG reaches 10 % test accuracy in fewer steps than ELF (Fig. 3)"]
-    assert o == "inconclusive" and "+50 steps, 2 s.e. 100" in e
-    # 40 %: ELF 300, 300 vs 200, 200: d = [100, 100], no spread: held
-    assert got["ELF-REG reaches 40 % test accuracy in fewer steps than ELF (Fig. 3)"][0] == "held"
+    assert o == "inconclusive" and "+50 steps, 2 s.e. 115" in e
+    # 40 %: ELF 300, 300 vs 200, 200: d = [100, 100], no spread, 2 s.e. = 2 sqrt(833.3) = 58 < 100: held
+    o, e = got["ELF-REG reaches 40 % test accuracy in fewer steps than ELF (Fig. 3)"]
+    assert o == "held" and "+100 steps, 2 s.e. 58" in e
+    # the same curves read every 200 steps would place both crossings only to 200 steps: 2 s.e. 115 > 100
+    coarse = demo_config(True, ["eval.reach=[0.4]", "eval.curve_every=200"])
+    assert reach_claims(results, coarse)[0][1] == "inconclusive"
     # 55 %: ELF never (censored at 300 + 100), ELF-REG at 300: held, as a lower bound on ELF's lag
     o, e = got["ELF-REG reaches 55 % test accuracy in fewer steps than ELF (Fig. 3)"]
     assert o == "held" and "ELF >300, >300" in e

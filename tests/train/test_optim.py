@@ -89,3 +89,22 @@ def test_example_seed_is_stable_and_keyed():
     a, b = example_generators(1, [(0, 3), (0, 3)])
     assert torch.equal(torch.rand(3, generator=a), torch.rand(3, generator=b))
     assert 0 <= example_seed(0, 0, 0) < 2 ** 63
+
+
+def test_adamw_is_fused_on_plain_tensors_and_does_the_foreach_update():
+    from elfreg.train.optim import adamw
+
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s)) for s in ((7, 5), (5,), (3, 4, 2))]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    kw = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    fused, ref = adamw(params, **kw), torch.optim.AdamW(twins, foreach=True, **kw)
+    assert fused.param_groups[0]["fused"]
+    for step in range(5):
+        grads = [torch.randn_like(p) for p in params]
+        for p, q, g in zip(params, twins, grads):
+            p.grad, q.grad = g.clone(), g.clone()
+        fused.step()
+        ref.step()
+    for p, q in zip(params, twins):
+        assert torch.allclose(p, q, atol=1e-6)

@@ -12,7 +12,7 @@ from elfreg.configtools import apply_overrides, from_dict, to_dict
 def register(subparsers: Any) -> None:
     """Add the `demo` subcommand."""
     p = subparsers.add_parser("demo", help="train ELF and ELF-REG on a built-in task with a real frozen SmolLM2, "
-                                           "evaluate every sampler, write a report (CPU, ~15 min)")
+                                           "evaluate every sampler, write a report (CPU, ~10 min)")
     p.add_argument("--out", default="demo_out", help="output folder (report.md, plots, results.json, models)")
     p.add_argument("--quick", action="store_true", help="a reduced run (about a minute): every stage, tiny budgets")
     p.add_argument("--cache-dir", default=None, help="feature cache (default $ELFREG_CACHE_DIR/features or "

@@ -68,9 +68,9 @@ class DemoStudent:
 class DemoTrain:
     """Identical optimisation for ELF and ELF-REG."""
 
-    # 2 training seeds x 1,200 steps. Measured on an idle 2-core machine: the step is 1.7-1.9x faster than the
-    # single-seed 3,500-step demo's (train phases, same settings, back to back), and the whole demo from an empty
-    # cache took 11 min (training 568 of 663 s): over the 10-minute goal, with 22-28 % exact at 16 NFE.
+    # 2 training seeds x 1,200 steps, trained two at a time (DemoConfig.lanes). Measured on an idle 2-core machine
+    # from an empty cache: the whole demo in 7.3 min (training 351 of 436 s), 19-28 % exact at 16 NFE. A third seed
+    # (+~3 min) would not fit 10 minutes on a machine 40 % slower.
     steps: int = 1200
     batch_size: int = 32  # measured: 0.10 s/step (2 threads); 65 % at 3,000 steps vs 59 % for batch 64 at 2,000
     lr: float = 2e-3
@@ -98,7 +98,9 @@ class DemoEval:
     w: float = 3.0
     batch_size: int = 100
     main_nfe: int = 16
-    curve_every: int = 250  # test accuracy of the EMA weights during training (early-stop, main NFE, first seed); 0: off
+    # test accuracy of the EMA weights during training (early-stop, main NFE, first seed) every this many steps;
+    # 0: off. A divisor of train.steps, so that the curve's last point is the final model
+    curve_every: int = 200
     # Fig. 3's claim: the first curve step at which each model reaches these test accuracies (fractions)
     reach: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3])
 
@@ -122,6 +124,15 @@ class DemoConfig:
     train: DemoTrain = field(default_factory=DemoTrain)
     eval: DemoEval = field(default_factory=DemoEval)
     threads: int = 2
+    # Training runs side by side (threads of one process), each with threads / lanes intra-op threads. A run's
+    # numbers depend on its own thread count only, not on the lanes (tests/demo/test_lanes.py); measured on 2
+    # cores: two 1-thread lanes train 1.3-1.6x more steps per second than one 2-thread run.
+    lanes: int = 2
+
+    def __post_init__(self) -> None:
+        check(self.threads >= 1, "threads", f"must be >= 1, got {self.threads}")
+        check(self.lanes >= 1 and self.threads % self.lanes == 0, "lanes",
+              f"must be >= 1 and divide threads ({self.threads}), got {self.lanes}")
 
 
 QUICK = {  # seconds to a minute: every stage end to end, no claim about accuracy

@@ -123,7 +123,9 @@ def reach_claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
     interval past its last point: a lower bound). The paired differences ELF - ELF-REG over training seeds decide:
     held when their mean exceeds twice its standard error and no ELF-REG run was censored; did not hold when it is
     below minus twice and no ELF run was censored; else inconclusive (always with fewer than 2 paired seeds). Steps
-    are only known to the curve's interval (eval.curve_every).
+    are only known to the curve's interval c = eval.curve_every (the crossing lies in (step - c, step]), so the
+    standard error counts that too: se^2 = var(d) / S + c^2 / (6 S), a uniform error of variance c^2 / 12 on each of
+    the two steps of a pair; without it, two seeds that land in the same intervals would give se = 0.
     """
     runs = {v: {r["seed"]: r.get("curve") or [] for r in results["models"].get(v, {}).get("runs", [])}
             for v in ("ELF", "ELF-REG")}
@@ -142,7 +144,8 @@ def reach_claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
             steps[v] = [g if g is not None else lst + cfg.eval.curve_every for g, lst in zip(got, last)]
         d = [e - r for e, r in zip(steps["ELF"], steps["ELF-REG"])]
         mean = sum(d) / len(d)
-        se = math.sqrt(_var(d) / len(d)) if len(d) >= 2 else None
+        c = cfg.eval.curve_every
+        se = math.sqrt(_var(d) / len(d) + c * c / (6 * len(d))) if len(d) >= 2 else None
         if se is None or abs(mean) <= max(2 * se, 1e-9):
             outcome = "inconclusive"
         elif mean > 0:
@@ -210,13 +213,21 @@ def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
                "the training seeds (seed s of one model against seed s of the other) and the test problems (each "
                "problem's correctness averaged over the sampling seeds), so training noise, sampling noise and the "
                "draw of problems all count; otherwise it is inconclusive at this size. The Fig. 3 claims compare "
-               "the first curve step at which each model reaches an accuracy, paired over the training seeds."), "",
+               "the first curve step at which each model reaches an accuracy, paired over the training seeds; a "
+               "step is known only to the curve's interval, and its standard error counts that."), "",
               "| claim | outcome | evidence |", "|---|---|---|"]
     lines += [f"| {c} | **{o}** | {e} |" for c, o, e in claims(results, cfg)]
     ph = results["phases_seconds"]
     lines += ["", "## Time", "", "| phase | seconds |", "|---|---|"]
-    lines += [f"| {k} | {v:.1f} |" for k, v in ph.items()]
-    lines += ["", f"Threads: {results['threads']}. Plots: `accuracy_vs_nfe.png`, `learning_curves.png` (every "
+    for k, v in ph.items():
+        lines.append(f"| {k} | {v:.1f} |")
+        if k == "train":  # runs side by side: each run's own wall time
+            lines += [f"| · {var} seed {r['seed']} | {r['train_seconds']:.1f} |"
+                      for var, m in results["models"].items() for r in m["runs"]]
+    lanes = results.get("lanes", 1)
+    lines += ["", f"Threads: {results['threads']}"
+              + (f", training {lanes} runs side by side with {results['threads'] // lanes} each" if lanes > 1 else "")
+              + ". Plots: `accuracy_vs_nfe.png`, `learning_curves.png` (every "
               "training seed); raw numbers: `results.json`; settings: `demo_config.yaml`; models: "
               "`ELF/seed-<s>/model`, `ELF-REG/seed-<s>/model`.", ""]
     atomic_write_text(out / "report.md", "\n".join(lines))

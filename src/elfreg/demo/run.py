@@ -6,14 +6,19 @@ several NFE over several seeds -> results.json, report.md, plots. Every number i
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
 import os
 import statistics
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -150,12 +155,17 @@ def merge_evals(evals: dict[int, dict]) -> dict:
     return out
 
 
-def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig, progress) -> dict:
-    """Accuracy of every (sampler, NFE, seed) on the test problems; prompts are encoded once."""
-    prompts = [apply_template(r, "math")[0] for r in rows]
+def encode_test(model: ElfModel, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(features, mask, seconds) of the test prompts, through the model's encoder."""
     t0 = time.perf_counter()
-    x, mask, _ = model.encode_prompts(prompts, formatted=True)
-    encoder_s = time.perf_counter() - t0
+    x, mask, _ = model.encode_prompts([apply_template(r, "math")[0] for r in rows], formatted=True)
+    return x, mask, time.perf_counter() - t0
+
+
+def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig, progress,
+             encoded: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> dict:
+    """Accuracy of every (sampler, NFE, seed) on the test problems; prompts are encoded once (or given)."""
+    x, mask, encoder_s = encoded if encoded is not None else encode_test(model, rows)
     ev, task = cfg.eval, task_module(cfg)
     out: dict = {"encoder_seconds": encoder_s, "cells": []}
     for sampler_name in ev.samplers:
@@ -188,11 +198,14 @@ class AccuracyCurve:
     Early-stop at the main NFE with the first evaluation seed, the same noise keys and batches as ``evaluate``, so
     the point at the last step equals the final evaluation's cell. Shows when the model starts to solve the task,
     which the loss alone does not. Points are appended to ``path`` as they come; a resumed run keeps those up to
-    its checkpoint's step (later ones are measured again).
+    its checkpoint's step (later ones are measured again). ``lock``: held while measuring, when runs train side by
+    side (the backbones' tokenizer is not thread-safe).
     """
 
-    def __init__(self, trainer: Trainer, problems: list, rows: list[dict], cfg: DemoConfig, path: Path) -> None:
+    def __init__(self, trainer: Trainer, problems: list, rows: list[dict], cfg: DemoConfig, path: Path,
+                 lock: threading.Lock | None = None) -> None:
         self.trainer, self.problems, self.cfg, self.path = trainer, problems, cfg, path
+        self.lock = lock or contextlib.nullcontext()
         self.prompts = [apply_template(r, "math")[0] for r in rows]
         self.encoded: tuple[torch.Tensor, torch.Tensor] | None = None
         self.points = [pt for pt in read_points(path) if pt["step"] <= int(trainer.state["step"])]
@@ -202,6 +215,11 @@ class AccuracyCurve:
         ev = self.cfg.eval
         if not ev.curve_every or step % ev.curve_every:
             return
+        with self.lock:
+            self._measure(step)
+
+    def _measure(self, step: int) -> None:
+        ev = self.cfg.eval
         model = copy.deepcopy(self.trainer.elf)
         model.student.load_state_dict(self.trainer.ema.shadow, strict=False)  # non-persistent buffers stay
         model.student.eval()
@@ -231,6 +249,68 @@ def read_points(path: Path) -> list[dict]:
                 break
             raise ValueError(f"{path}:{i + 1}: not a JSON line") from None
     return points
+
+
+def lane_order(seeds: list[int]) -> list[tuple[str, int]]:
+    """The training runs (variant, seed) in queue order: seed-major, the variants' order alternating per seed.
+
+    Seed-major keeps pairs of finished runs to compare if the demo is stopped; alternating lets two lanes that take
+    runs from this queue each train one ELF and one ELF-REG run per pair of seeds (ELF-REG's step is slower).
+    """
+    jobs = []
+    for i, seed in enumerate(seeds):
+        jobs += [(v, seed) for v in (VARIANTS if i % 2 == 0 else VARIANTS[::-1])]
+    return jobs
+
+
+class Stopped(Exception):
+    """Raised in a lane's training run when another lane failed or the demo was interrupted."""
+
+
+def stop_hook(stop: threading.Event) -> Callable[[int], None]:
+    """A trainer hook that ends the run after the current step once ``stop`` is set (it resumes from its last
+    checkpoint when the demo is run again)."""
+    def hook(step: int) -> None:
+        if stop.is_set():
+            raise Stopped(f"stopped at step {step}")
+    return hook
+
+
+def side_by_side(jobs: list, run: Callable[[Any, threading.Event], Any], lanes: int) -> list:
+    """``run(job, stop)`` for every job, ``lanes`` at a time in threads taking jobs in queue order; results in the
+    jobs' order.
+
+    Threads, not processes: the tensor work of a step releases the GIL, and the runs share the cached features and
+    the backbones in memory. Measured on 2 cores (benchmarks/bench_demo_step.py --lanes): two 1-thread lanes train
+    1.3-1.6x more steps per second than one 2-thread run, since a small student's step cannot keep two threads
+    busy. The first error (or Ctrl-C) sets ``stop``, the other lanes end after their current step, and it is raised.
+    """
+    stop = threading.Event()
+    if lanes == 1:
+        return [run(job, stop) for job in jobs]
+
+    def guarded(job):
+        if stop.is_set():
+            raise Stopped("not started: another run failed")
+        try:
+            return run(job, stop)
+        except BaseException:
+            stop.set()
+            raise
+
+    pool = ThreadPoolExecutor(lanes, thread_name_prefix="elfreg-lane")
+    try:
+        futures = [pool.submit(guarded, job) for job in jobs]
+        wait(futures, return_when=FIRST_EXCEPTION)
+    except BaseException:  # Ctrl-C
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    errors = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
+    if errors:
+        raise next((e for e in errors if not isinstance(e, Stopped)), errors[0])
+    return [f.result() for f in futures]
 
 
 def backbone_config(cfg: DemoConfig) -> BackboneConfig:
@@ -278,34 +358,55 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
                 vocab_size=len(backbones.tokenizer))
 
     results: dict = {"task": {"train": len(train_p), "test": len(test_p), "example": train_rows[0]},
-                     "head_token_ids": head_ids, "train_seeds": list(cfg.train.seeds),
+                     "head_token_ids": head_ids, "train_seeds": list(cfg.train.seeds), "lanes": cfg.lanes,
                      "models": {v: {"steps": cfg.train.steps, "runs": []} for v in VARIANTS}}
-    for seed in cfg.train.seeds:  # seed-major: an interrupted demo still has pairs of runs to compare
-        for variant in VARIANTS:
-            t = time.perf_counter()
-            rcfg = run_config(cfg, variant, bcfg, head_ids, dims, progress, seed=seed)
-            run_dir = out / variant / f"seed-{seed}"
-            trainer = Trainer(rcfg, run_dir, backbones=backbones, dataset=features)
-            curve = AccuracyCurve(trainer, test_p, test_rows, cfg, run_dir / "accuracy_curve.jsonl")
-            trainer.hooks.append(curve)
-            res = trainer.run()
-            seconds = time.perf_counter() - t
-            phases[f"train {variant}"] = phases.get(f"train {variant}", 0.0) + seconds
-            results["models"][variant]["runs"].append({"seed": seed, "model_dir": str(res.model_dir),
-                                                       "steps": res.step, "train_seconds": seconds,
-                                                       "curve": curve.points})
+    lane_threads = cfg.threads // cfg.lanes
+    shared = threading.Lock()  # model init draws from the global RNG; the tokenizer is not thread-safe
+
+    def train_one(job: tuple[str, int], stop: threading.Event) -> dict:
+        variant, seed = job
+        torch.set_num_threads(lane_threads)  # per thread under OpenMP: set in the lane itself
+        t = time.perf_counter()
+        run_dir = out / variant / f"seed-{seed}"
+        with shared:
+            trainer = Trainer(run_config(cfg, variant, bcfg, head_ids, dims, progress, seed=seed), run_dir,
+                              backbones=backbones, dataset=features)
+        trainer.progress_desc = f"train {variant} seed {seed}"
+        curve = AccuracyCurve(trainer, test_p, test_rows, cfg, run_dir / "accuracy_curve.jsonl", shared)
+        trainer.hooks += [curve, stop_hook(stop)]
+        res = trainer.run()
+        return {"seed": seed, "model_dir": str(res.model_dir), "steps": res.step,
+                "train_seconds": time.perf_counter() - t, "curve": curve.points}
+
+    t = time.perf_counter()
+    jobs = lane_order(cfg.train.seeds)
+    for (variant, _), run in zip(jobs, side_by_side(jobs, train_one, cfg.lanes)):
+        results["models"][variant]["runs"].append(run)
+    for variant in VARIANTS:
+        results["models"][variant]["runs"].sort(key=lambda r: cfg.train.seeds.index(r["seed"]))
+    phases["train"] = time.perf_counter() - t
 
     t = time.perf_counter()
     ev = cfg.eval
-    total = len(VARIANTS) * len(cfg.train.seeds) * len(ev.samplers) * len(ev.nfes) * len(ev.seeds)
+    runs = [(variant, run) for variant in VARIANTS for run in results["models"][variant]["runs"]]
+    models = []
+    torch.set_num_threads(lane_threads)  # every number of a run comes from its lane's thread count
+    for _, run in runs:  # encoded here, one at a time: the tokenizer may not encode in two threads at once
+        model = ElfModel.from_pretrained(run["model_dir"])
+        model.attach_backbones(backbones)
+        models.append((model, encode_test(model, test_rows)))
+
+    def evaluate_one(i: int, stop: threading.Event) -> dict:
+        torch.set_num_threads(lane_threads)  # the same threads as the runs' accuracy curves
+        return evaluate(models[i][0], test_p, test_rows, cfg, bar, models[i][1])
+
+    total = len(runs) * len(ev.samplers) * len(ev.nfes) * len(ev.seeds)
     with tqdm(total=total, desc="evaluate", disable=not progress) as bar:
-        for variant in VARIANTS:
-            evals = {}
-            for run in results["models"][variant]["runs"]:
-                model = ElfModel.from_pretrained(run["model_dir"])
-                model.attach_backbones(backbones)
-                evals[run["seed"]] = evaluate(model, test_p, test_rows, cfg, bar)
-            results["models"][variant]["eval"] = merge_evals(evals)
+        evals = side_by_side(list(range(len(runs))), evaluate_one, cfg.lanes)
+    torch.set_num_threads(cfg.threads)
+    for variant in VARIANTS:
+        results["models"][variant]["eval"] = merge_evals({run["seed"]: e for (v, run), e in zip(runs, evals)
+                                                          if v == variant})
     phases["evaluate"] = time.perf_counter() - t
     phases["total"] = time.perf_counter() - start
     results["phases_seconds"] = phases

@@ -26,33 +26,35 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (h * self.weight.float()).to(x.dtype)
+        # torch's fused kernel: the same fp32 arithmetic as x * rsqrt(mean(x^2) + eps) * weight, in one op
+        return F.rms_norm(x.float(), self.weight.shape, self.weight.float(), self.eps).to(x.dtype)
 
 
 def rope_tables(num_identity: int, length: int, head_dim: int, theta: float, device=None) -> tuple[Tensor, Tensor]:
-    """cos/sin tables (S, head_dim/2) for interleaved RoPE; the first ``num_identity`` rows do not rotate.
+    """cos/sin tables (S, head_dim) for interleaved RoPE; the first ``num_identity`` rows do not rotate.
 
-    Prefix tokens (and the REG/OLT token) get identity rotation; text positions are 0..length-1.
+    Prefix tokens (and the REG/OLT token) get identity rotation; text positions are 0..length-1. Pair (2i, 2i+1)
+    turns by angle pos * theta^(-2i/head_dim): cos holds cos(angle) on both members, sin holds -sin(angle) on the
+    even member and +sin(angle) on the odd one, so that ``apply_rope`` is x * cos + swap_pairs(x) * sin.
     """
     inv = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64, device=device) / head_dim)
     pos = torch.arange(length, dtype=torch.float64, device=device)
     ang = torch.outer(pos, inv)
     cos = torch.cat([torch.ones(num_identity, inv.numel(), dtype=torch.float64, device=device), ang.cos()])
     sin = torch.cat([torch.zeros(num_identity, inv.numel(), dtype=torch.float64, device=device), ang.sin()])
-    return cos.float(), sin.float()
+    return cos.repeat_interleave(2, -1).float(), torch.stack((-sin, sin), -1).flatten(-2).float()
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, dtype: torch.dtype | None = None) -> Tensor:
-    """Rotate pairs (2i, 2i+1) of ``x`` (B, heads, S, head_dim) by the angles in cos/sin (S, head_dim/2), in fp32.
+    """Rotate pairs (2i, 2i+1) of ``x`` (B, heads, S, head_dim) by the angles of ``rope_tables``, in fp32.
 
-    The result has ``x``'s dtype unless ``dtype`` is given (attention on the CPU keeps fp32 to skip two casts).
+    (x0 cos - x1 sin, x0 sin + x1 cos) per pair, as x * cos + (x1, x0) * (-sin, sin): bit for bit the same values
+    in fewer ops (a negation is exact). The result has ``x``'s dtype unless ``dtype`` is given (attention on the
+    CPU keeps fp32 to skip two casts).
     """
-    xf = x.float().unflatten(-1, (-1, 2))
-    x0, x1 = xf[..., 0], xf[..., 1]
-    out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
-    return out.flatten(-2).to(dtype or x.dtype)
+    xf = x.float()
+    swapped = xf.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+    return (xf * cos + swapped * sin).to(dtype or x.dtype)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -84,10 +86,13 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """x (B, S, width) -> (B, S, width)."""
         b, s, _ = x.shape
-        q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         keep = torch.float32 if x.device.type == "cpu" else None
-        q = apply_rope(self.q_norm(q), cos, sin, keep)
-        k = apply_rope(self.k_norm(k), cos, sin, keep)
+        # q_norm / k_norm, then RoPE, on q and k stacked: the values of each on its own in half the ops
+        w = torch.stack((self.q_norm.weight, self.k_norm.weight)).float().view(2, 1, 1, 1, -1)
+        qk = F.rms_norm(qkv[:2].float(), (self.head_dim,), None, self.q_norm.eps) * w
+        q, k = apply_rope(qk.to(qkv.dtype), cos, sin, keep)
+        v = qkv[2]
         out = attention(q, k, v).to(v.dtype)
         return self.proj(out.transpose(1, 2).reshape(b, s, -1))
 

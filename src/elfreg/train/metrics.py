@@ -12,7 +12,8 @@ class MetricsLog:
     """Writes ``metrics.jsonl`` in the run folder (main rank only); optional TensorBoard / W&B mirrors."""
 
     def __init__(self, output: Path, enabled: bool, total_steps: int, start_step: int, progress: bool = True,
-                 tensorboard: bool = False, wandb_project: str | None = None, config: dict | None = None) -> None:
+                 tensorboard: bool = False, wandb_project: str | None = None, config: dict | None = None,
+                 desc: str = "train") -> None:
         self.path = Path(output) / "metrics.jsonl"
         self.enabled = enabled
         self.bar = self.tb = self.wandb = None
@@ -25,7 +26,7 @@ class MetricsLog:
         if progress:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total_steps, initial=start_step, desc="train", dynamic_ncols=True)
+            self.bar = tqdm(total=total_steps, initial=start_step, desc=desc, dynamic_ncols=True)
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
 

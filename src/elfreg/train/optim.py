@@ -13,6 +13,7 @@ The Adam side is torch AdamW (the reference uses a Nesterov Adam; betas, eps and
 from __future__ import annotations
 
 import math
+import sys
 
 import torch
 from torch import Tensor, nn
@@ -129,6 +130,18 @@ def resolve_muon_impl(cfg: TrainConfig) -> str:
     return "torch" if hasattr(torch.optim, "Muon") and cfg.parallel != "fsdp" else "reference"
 
 
+def adamw(params: list[nn.Parameter], **kw) -> torch.optim.AdamW:
+    """torch.optim.AdamW, fused (one kernel over all tensors) on plain CPU / CUDA tensors, else foreach.
+
+    Fused does the same update (tests/train/test_optim.py: equal to foreach within 1e-6); on the demo's 81-tensor
+    student it took 1.8 ms per step against foreach's 6.7 ms (2 CPU threads). FSDP's DTensor parameters keep foreach.
+    """
+    dt = sys.modules.get("torch.distributed.tensor")  # not imported: no DTensor exists
+    dtensor = dt is not None and any(isinstance(p, dt.DTensor) for p in params)
+    fused = not dtensor and all(p.device.type in ("cpu", "cuda") for p in params)
+    return torch.optim.AdamW(params, fused=fused, foreach=None if fused else True, **kw)
+
+
 def build_optimizers(model: nn.Module, cfg: TrainConfig) -> Optimizers:
     """Muon (2-D matrices) + AdamW (the rest) with one lr, or AdamW on everything (facts §3.7)."""
     groups = split_params(model)
@@ -136,7 +149,7 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig) -> Optimizers:
                    weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adamw":
         params = [p for g in groups.values() for _, p in g]
-        return Optimizers({"adamw": torch.optim.AdamW(params, foreach=True, **adam_kw)})
+        return Optimizers({"adamw": adamw(params, **adam_kw)})
     opts: dict[str, torch.optim.Optimizer] = {}
     impl = resolve_muon_impl(cfg)
     if impl == "torch":
@@ -158,7 +171,7 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig) -> Optimizers:
             opts["muon"] = ReferenceMuon(pgroups, lr=cfg.lr, momentum=cfg.muon_momentum,
                                          weight_decay=cfg.weight_decay)
     if groups["adam"]:
-        opts["adamw"] = torch.optim.AdamW([p for _, p in groups["adam"]], foreach=True, **adam_kw)
+        opts["adamw"] = adamw([p for _, p in groups["adam"]], **adam_kw)
     return Optimizers(opts)
 
 

@@ -145,6 +145,7 @@ class Trainer:
         self.device = resolve_device(cfg.train.device, self.info)
         self.output = Path(output)
         self.hooks = list(hooks)
+        self.progress_desc = "train"  # the progress bar's label (runs side by side name theirs)
         tc = cfg.train
         world = self.info.world_size
         if tc.batch_size % world:
@@ -485,7 +486,7 @@ class Trainer:
         if info.is_main:
             dump_yaml(cfg, self.output / "config.yaml")
         log = MetricsLog(self.output, info.is_main, total, step, tc.progress and info.is_main, tc.tensorboard,
-                         tc.wandb_project, to_dict(cfg))
+                         tc.wandb_project, to_dict(cfg), self.progress_desc)
         history, last_ckpt = [], ck.latest_checkpoint(self.output)
         saved_step = step if self.resume_from is not None else -1  # same on every rank
         epoch_steps = set(self.epoch_steps.values())

@@ -1,0 +1,64 @@
+"""Training runs side by side: queue order, job-order results, at most ``lanes`` at once, the first error stops all."""
+
+import threading
+import time
+
+import pytest
+
+from elfreg.demo.config import DemoConfig
+from elfreg.demo.run import Stopped, lane_order, side_by_side, stop_hook
+from elfreg.configtools import ConfigError
+
+
+def test_lane_order_is_seed_major_and_alternates_the_variants():
+    assert lane_order([0, 1, 2]) == [("ELF", 0), ("ELF-REG", 0), ("ELF-REG", 1), ("ELF", 1), ("ELF", 2),
+                                     ("ELF-REG", 2)]
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 3])
+def test_side_by_side_runs_every_job_at_most_lanes_at_once(lanes):
+    lock, running, peak, started = threading.Lock(), [0], [0], []
+
+    def run(job, stop):
+        with lock:
+            started.append(job)
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+        return job * 10
+
+    assert side_by_side(list(range(7)), run, lanes) == [j * 10 for j in range(7)]
+    assert started[:lanes] == list(range(lanes)) and sorted(started) == list(range(7))
+    assert peak[0] == lanes
+
+
+def test_the_first_error_stops_the_other_lanes_and_is_raised():
+    seen = []
+
+    def run(job, stop):
+        if job == "bad":
+            time.sleep(0.05)
+            raise ValueError("lane failed")
+        hook = stop_hook(stop)
+        for step in range(1, 500):  # a long run: ends at its next step once stop is set
+            time.sleep(0.01)
+            try:
+                hook(step)
+            except Stopped:
+                seen.append(step)
+                raise
+        return job
+
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="lane failed"):
+        side_by_side(["long", "bad", "never"], run, 2)
+    assert len(seen) == 1 and seen[0] < 100 and time.perf_counter() - t0 < 3  # "never" was not started
+
+
+def test_lanes_must_divide_threads():
+    assert DemoConfig(threads=2, lanes=2).lanes == 2
+    for threads, lanes in ((2, 3), (1, 2), (2, 0)):
+        with pytest.raises(ConfigError, match="lanes"):
+            DemoConfig(threads=threads, lanes=lanes)
