@@ -264,3 +264,26 @@ def test_missing_teacher_is_a_clear_error():
     batch = dataclasses.replace(make_batch(), teacher=None)
     with pytest.raises(ValueError, match="use_repa"):
         elf_reg_loss(make_student(), batch, make_draws(cfg), cfg)
+
+
+def test_under_autocast_each_layer_runs_once_with_grad():
+    """A layer called twice with grad under autocast shares one cached bf16 cast of its weight only while no other
+    thread clears autocast's process-wide cache: its gradient would then depend on thread timing (runs side by
+    side, elfreg demo). The loss's gradient pass must call each autocast layer once."""
+    cfg = ObjectiveConfig()
+    m = make_student()
+    calls = {}
+
+    def count(name):
+        def hook(mod, args):
+            if torch.is_grad_enabled() and torch.is_autocast_enabled("cpu"):
+                calls[name] = calls.get(name, 0) + 1
+        return hook
+
+    for name, mod in m.named_modules():
+        if isinstance(mod, torch.nn.Linear):
+            mod.register_forward_pre_hook(count(name))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        elf_reg_loss(m, make_batch(), make_draws(cfg), cfg)
+    assert any(k.startswith("repa_projector") for k in calls) and any(k.startswith("blocks") for k in calls)
+    assert max(calls.values()) == 1, {k: v for k, v in calls.items() if v > 1}

@@ -282,10 +282,15 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
         if cfg.repa_on_extra_token and out.repa_extra is not None:
             if batch.teacher_at_source is None:
                 raise ValueError("REPA on the REG/OLT token needs batch.teacher_at_source")
-            extra_pred, extra_tgt = student.repa_projector(out.repa_extra), batch.teacher_at_source
-        loss_repa = repa_loss(student.repa_projector(out.repa_hidden), batch.teacher, mask, cfg.repa_shift,
-                              cfg.repa_target == "mean_pooled", extra_pred, extra_tgt,
-                              None if counts is None else counts["repa"].to(dev))
+            # One projector call for the token and the text positions: under autocast a weight used twice shares
+            # one bf16 cast, and so sums its two gradients in bf16, only while no other thread clears autocast's
+            # (process-wide) cast cache in between; one call makes runs side by side deterministic.
+            both = student.repa_projector(torch.cat([out.repa_extra[:, None], out.repa_hidden], dim=1))
+            pred, extra_pred, extra_tgt = both[:, 1:], both[:, 0], batch.teacher_at_source
+        else:
+            pred = student.repa_projector(out.repa_hidden)
+        loss_repa = repa_loss(pred, batch.teacher, mask, cfg.repa_shift, cfg.repa_target == "mean_pooled",
+                              extra_pred, extra_tgt, None if counts is None else counts["repa"].to(dev))
         terms["loss_repa"] = loss_repa.detach()
         total = total + cfg.repa_weight * loss_repa
 
