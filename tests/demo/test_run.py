@@ -213,23 +213,20 @@ def test_reach_claims_pair_steps_over_training_seeds():
     cfg = demo_config(True, ["eval.reach=[0.1,0.4,0.55,0.7]", "eval.curve_every=100"])
     curve = lambda accs: [{"step": 100 * (i + 1), "acc": a} for i, a in enumerate(accs)]  # noqa: E731
     assert reach_step(curve([0.05, 0.2, 0.5]), 0.2) == 200 and reach_step(curve([0.05]), 0.2) is None
-    runs = {"ELF": [curve([0.05, 0.2, 0.5]), curve([0.12, 0.2, 0.5])],
-            "ELF-REG": [curve([0.15, 0.45, 0.6]), curve([0.15, 0.45, 0.6])]}
+    runs = {"ELF": [curve([0.05, 0.2, 0.5]), curve([0.12, 0.2, 0.5]), curve([0.05, 0.2, 0.5])],
+            "ELF-REG": [curve([0.45, 0.56, 0.6])] * 3}
     results = {"models": {v: {"runs": [{"seed": s, "curve": c} for s, c in enumerate(cs)]} for v, cs in runs.items()}}
     got = {c: (o, e) for c, o, e in reach_claims(results, cfg)}
-    # 10 %: ELF 200, 100 vs ELF-REG 100, 100: d = [100, 0], mean 50; se^2 = var(d) / 2 + 100^2 / (6 * 2) (the
-    # curve's interval) = 2500 + 833.3, 2 s.e. = 115: inconclusive
+    # 10 %: ELF 200, 100, 200 vs ELF-REG 100 x 3: d = [100, 0, 100], mean 66.7; se^2 = var(d) / 3 + 100^2 / (6 * 3)
+    # (the curve's interval) = 1111.1 + 555.6, se = 40.8; margin t(0.975, 2) = 4.303 x 40.8 = 176: inconclusive
     o, e = got["ELF-REG reaches 10 % test accuracy in fewer steps than ELF (Fig. 3)"]
-    assert o == "inconclusive" and "+50 steps, 2 s.e. 115" in e
-    # 40 %: ELF 300, 300 vs 200, 200: d = [100, 100], no spread, 2 s.e. = 2 sqrt(833.3) = 58 < 100: held
+    assert o == "inconclusive" and "+67 steps, margin 176 = t(0.975, 2) 4.30 x s.e. 41" in e
+    # 40 %: ELF 300 x 3 vs 100 x 3: d = 200, no spread; margin 4.303 sqrt(555.6) = 101 < 200: held
     o, e = got["ELF-REG reaches 40 % test accuracy in fewer steps than ELF (Fig. 3)"]
-    assert o == "held" and "+100 steps, 2 s.e. 58" in e
-    # the same curves read every 200 steps would place both crossings only to 200 steps: 2 s.e. 115 > 100
-    coarse = demo_config(True, ["eval.reach=[0.4]", "eval.curve_every=200"])
-    assert reach_claims(results, coarse)[0][1] == "inconclusive"
-    # 55 %: ELF never (censored at 300 + 100), ELF-REG at 300: held, as a lower bound on ELF's lag
+    assert o == "held" and "+200 steps, margin 101" in e
+    # 55 %: ELF never (censored at 300 + 100), ELF-REG at 200: held, as a lower bound on ELF's lag
     o, e = got["ELF-REG reaches 55 % test accuracy in fewer steps than ELF (Fig. 3)"]
-    assert o == "held" and "ELF >300, >300" in e
+    assert o == "held" and "ELF >300, >300, >300" in e
     # 70 %: neither gets there
     assert got["ELF-REG reaches 70 % test accuracy in fewer steps than ELF (Fig. 3)"][0] == "inconclusive"
     # the other way round: ELF-REG censored can never make the claim hold
@@ -237,6 +234,11 @@ def test_reach_claims_pair_steps_over_training_seeds():
     got = {c: o for c, o, _ in reach_claims(swapped, cfg)}
     assert got["ELF-REG reaches 40 % test accuracy in fewer steps than ELF (Fig. 3)"] == "did not hold"
     assert got["ELF-REG reaches 55 % test accuracy in fewer steps than ELF (Fig. 3)"] == "did not hold"
+    # two seeds with the same lead: one degree of freedom, margin t(0.975, 1) = 12.71 x sqrt(100^2 / 12) = 367
+    two = {"models": {v: {"runs": m["runs"][:2]} for v, m in results["models"].items()}}
+    o, e = {c: (o, e) for c, o, e in reach_claims(two, cfg)}["ELF-REG reaches 40 % test accuracy in fewer steps "
+                                                                  "than ELF (Fig. 3)"]
+    assert o == "inconclusive" and "margin 367 = t(0.975, 1) 12.71" in e
     # one training seed decides nothing
     single = {"models": {v: {"runs": m["runs"][:1]} for v, m in results["models"].items()}}
     assert all(o == "inconclusive" for _, o, _ in reach_claims(single, cfg))

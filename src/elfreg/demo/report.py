@@ -120,13 +120,17 @@ def reach_claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
     """Fig. 3 at this scale: "ELF-REG reaches accuracy X in fewer steps than ELF", one claim per threshold.
 
     Per training seed s, the first curve step each model reaches X (a run that never does counts as one curve
-    interval past its last point: a lower bound). The paired differences ELF - ELF-REG over training seeds decide:
-    held when their mean exceeds twice its standard error and no ELF-REG run was censored; did not hold when it is
-    below minus twice and no ELF run was censored; else inconclusive (always with fewer than 2 paired seeds). Steps
-    are only known to the curve's interval c = eval.curve_every (the crossing lies in (step - c, step]), so the
-    standard error counts that too: se^2 = var(d) / S + c^2 / (6 S), a uniform error of variance c^2 / 12 on each of
-    the two steps of a pair; without it, two seeds that land in the same intervals would give se = 0.
+    interval past its last point: a lower bound). The S paired differences d = ELF - ELF-REG over training seeds
+    decide, with a Student-t margin on S - 1 degrees of freedom, margin = t(0.975, S - 1) se: the seeds are the only
+    replication here (2 s.e. would be a ~70 % interval with two seeds, not ~95 %). Held when the mean exceeds the
+    margin and no ELF-REG run was censored; did not hold when it is below minus the margin and no ELF run was
+    censored; else inconclusive (always with fewer than 2 paired seeds). Steps are only known to the curve's
+    interval c = eval.curve_every (the crossing lies in (step - c, step]), so se counts that too:
+    se^2 = var(d) / S + c^2 / (6 S), a uniform error of variance c^2 / 12 on each of the two steps of a pair;
+    without it, seeds that land in the same intervals would give se = 0.
     """
+    from scipy.stats import t as student_t
+
     runs = {v: {r["seed"]: r.get("curve") or [] for r in results["models"].get(v, {}).get("runs", [])}
             for v in ("ELF", "ELF-REG")}
     seeds = sorted(set(runs["ELF"]) & set(runs["ELF-REG"]))
@@ -144,9 +148,10 @@ def reach_claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
             steps[v] = [g if g is not None else lst + cfg.eval.curve_every for g, lst in zip(got, last)]
         d = [e - r for e, r in zip(steps["ELF"], steps["ELF-REG"])]
         mean = sum(d) / len(d)
-        c = cfg.eval.curve_every
-        se = math.sqrt(_var(d) / len(d) + c * c / (6 * len(d))) if len(d) >= 2 else None
-        if se is None or abs(mean) <= max(2 * se, 1e-9):
+        c, n = cfg.eval.curve_every, len(d)
+        se = math.sqrt(_var(d) / n + c * c / (6 * n)) if n >= 2 else None
+        q = student_t.ppf(0.975, n - 1) if se is not None else None
+        if se is None or abs(mean) <= max(q * se, 1e-9):
             outcome = "inconclusive"
         elif mean > 0:
             outcome = "held" if not censored["ELF-REG"] else "inconclusive"
@@ -156,9 +161,9 @@ def reach_claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
         def fmt(v: str) -> str:
             return ", ".join(f"{st}" if st <= runs[v][s][-1]["step"] else f">{runs[v][s][-1]['step']}"
                              for st, s in zip(steps[v], seeds))
-        margin = "n/a (one training seed)" if se is None else f"{2 * se:.0f}"
+        margin = "n/a (one training seed)" if se is None else f"{q * se:.0f} = t(0.975, {n - 1}) {q:.2f} x s.e. {se:.0f}"
         rows.append((text, outcome, f"steps per training seed {seeds}: ELF-REG {fmt('ELF-REG')}; ELF {fmt('ELF')} "
-                                    f"(ELF - ELF-REG {mean:+.0f} steps, 2 s.e. {margin})"))
+                                    f"(ELF - ELF-REG {mean:+.0f} steps, margin {margin})"))
     return rows
 
 
@@ -213,8 +218,10 @@ def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
                "the training seeds (seed s of one model against seed s of the other) and the test problems (each "
                "problem's correctness averaged over the sampling seeds), so training noise, sampling noise and the "
                "draw of problems all count; otherwise it is inconclusive at this size. The Fig. 3 claims compare "
-               "the first curve step at which each model reaches an accuracy, paired over the training seeds; a "
-               "step is known only to the curve's interval, and its standard error counts that."), "",
+               "the first curve step at which each model reaches an accuracy, paired over the training seeds, "
+               "whose count is the only replication there: their margin is a Student-t interval on (seeds - 1) "
+               "degrees of freedom (with 2 seeds only a large lead decides), and a step is known only to the "
+               "curve's interval, which the standard error counts too."), "",
               "| claim | outcome | evidence |", "|---|---|---|"]
     lines += [f"| {c} | **{o}** | {e} |" for c, o, e in claims(results, cfg)]
     ph = results["phases_seconds"]
