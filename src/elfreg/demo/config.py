@@ -69,8 +69,8 @@ class DemoTrain:
     """Identical optimisation for ELF and ELF-REG."""
 
     # 2 training seeds x 1,200 steps, trained two at a time (DemoConfig.lanes). Measured on an idle 2-core machine
-    # from an empty cache: the whole demo in 7.3 min (training 351 of 436 s), 19-28 % exact at 16 NFE. A third seed
-    # (+~3 min) would not fit 10 minutes on a machine 40 % slower.
+    # from an empty cache: the whole demo in 6.6-7.7 min (training 324-382 s of 393-458 s), 25-27 % exact at 16 NFE
+    # (19-32 % per seed). A third seed (+~3 min) would not fit 10 minutes on a machine 40 % slower.
     steps: int = 1200
     batch_size: int = 32  # measured: 0.10 s/step (2 threads); 65 % at 3,000 steps vs 59 % for batch 64 at 2,000
     lr: float = 2e-3
