@@ -126,7 +126,7 @@ class DemoConfig:
     threads: int = 2
     # Training runs side by side (threads of one process), each with threads / lanes intra-op threads. A run's
     # numbers depend on its own thread count only, not on the lanes (tests/demo/test_lanes.py); measured on 2
-    # cores: two 1-thread lanes train 1.3-1.6x more steps per second than one 2-thread run.
+    # cores: two 1-thread lanes train 1.2-1.6x more steps per second than one 2-thread run.
     lanes: int = 2
 
     def __post_init__(self) -> None:

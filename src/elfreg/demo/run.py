@@ -282,7 +282,7 @@ def side_by_side(jobs: list, run: Callable[[Any, threading.Event], Any], lanes: 
 
     Threads, not processes: the tensor work of a step releases the GIL, and the runs share the cached features and
     the backbones in memory. Measured on 2 cores (benchmarks/bench_demo_step.py --lanes): two 1-thread lanes train
-    1.3-1.6x more steps per second than one 2-thread run, since a small student's step cannot keep two threads
+    1.2-1.6x more steps per second than one 2-thread run, since a small student's step cannot keep two threads
     busy. The first error (or Ctrl-C) sets ``stop``, the other lanes end after their current step, and it is raised.
     """
     stop = threading.Event()
