@@ -222,12 +222,11 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
             r_in = torch.where(dec.unsqueeze(-1), r_dec, r_den)
         else:  # ELF-REG student trained without a teacher: the token still needs an input
             r_in = torch.zeros(b_sz, mcfg.reg_dim, device=dev)
-    qr0 = torch.zeros_like(r_in) if r_in is not None else None
+    qr = torch.zeros_like(r_in) if r_in is not None else None
 
     # Self-conditioning and the SC-CFG target: two gradient-free passes on the self-conditioned rows (spec §4).
     # The text term is c_t^-2 ||x_hat - x*_t||^2 / d = ||v - v_target||^2 / d, with x*_t = x on the rows without
     # self-conditioning (their v_target is (x - z)/c_t) and sc_cfg_x_star on the others.
-    qr = qr0
     x_tgt = x
     v_r_tgt = velocity(r, r_in, t, floor) if use_reg else None
     if sc.any():
@@ -237,21 +236,20 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
             sc_idx = _rows(sc)
             sub = lambda a: a[sc_idx] if a is not None else None  # noqa: E731
             z_s, t_s, w_s, x_s, pm_s = z[sc_idx], t[sc_idx], w[sc_idx], x[sc_idx], pm3[sc_idx]
-            out_a = student(z_s, q[sc_idx], t_s, w_s, reg=sub(r_in), reg_q=sub(qr0))
+            out_a = student(z_s, q[sc_idx], t_s, w_s, reg=sub(r_in), reg_q=sub(qr))
             x_a = torch.where(pm_s, x_s, out_a.x_hat)
             out_b = student(z_s, x_a, t_s, w_s, reg=sub(r_in), reg_q=out_a.reg_hat)
             x_b = torch.where(pm_s, x_s, out_b.x_hat)
             x_tgt = x.clone()
             x_tgt[sc_idx] = sc_cfg_x_star(x_s, x_b, x_a, torch.ones_like(t_s), w_s)
-            q[sc_idx] = x_a  # q is this function's own tensor: no copy
+            q[sc_idx] = x_a  # q and qr are this function's own tensors: no copies
             if use_reg:
                 v_r_tgt = v_r_tgt.clone()
                 v_r_tgt[sc_idx] = sc_cfg_target(
                     r[sc_idx], r_in[sc_idx], t_s, torch.ones_like(t_s), w_s,
                     velocity(out_b.reg_hat, r_in[sc_idx], t_s, floor),
                     velocity(out_a.reg_hat, r_in[sc_idx], t_s, floor), floor)
-            if qr0 is not None and out_a.reg_hat is not None:
-                qr = qr0.clone()
+            if qr is not None and out_a.reg_hat is not None:
                 qr[sc_idx] = out_a.reg_hat
 
     # The gradient pass: one mixed forward over denoising and decoder rows.

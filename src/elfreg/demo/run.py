@@ -163,9 +163,9 @@ def encode_test(model: ElfModel, rows: list[dict]) -> tuple[torch.Tensor, torch.
 
 
 def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig, progress,
-             encoded: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> dict:
-    """Accuracy of every (sampler, NFE, seed) on the test problems; prompts are encoded once (or given)."""
-    x, mask, encoder_s = encoded if encoded is not None else encode_test(model, rows)
+             encoded: tuple[torch.Tensor, torch.Tensor, float]) -> dict:
+    """Accuracy of every (sampler, NFE, seed) on the test problems, from their prompts ``encode_test``-ed once."""
+    x, mask, encoder_s = encoded
     ev, task = cfg.eval, task_module(cfg)
     out: dict = {"encoder_seconds": encoder_s, "cells": []}
     for sampler_name in ev.samplers:
@@ -206,7 +206,7 @@ class AccuracyCurve:
                  lock: threading.Lock | None = None) -> None:
         self.trainer, self.problems, self.cfg, self.path = trainer, problems, cfg, path
         self.lock = lock or contextlib.nullcontext()
-        self.prompts = [apply_template(r, "math")[0] for r in rows]
+        self.rows = rows
         self.encoded: tuple[torch.Tensor, torch.Tensor] | None = None
         self.points = [pt for pt in read_points(path) if pt["step"] <= int(trainer.state["step"])]
         atomic_write_text(path, "".join(json.dumps(pt) + "\n" for pt in self.points))
@@ -225,7 +225,7 @@ class AccuracyCurve:
         model.student.eval()
         model.attach_backbones(self.trainer.backbones)
         if self.encoded is None:  # the standardisation is fixed before the first step
-            self.encoded = model.encode_prompts(self.prompts, formatted=True)[:2]
+            self.encoded = encode_test(model, self.rows)[:2]
         x, mask = self.encoded
         scfg = sampler_config(model, self.cfg, "early-stop", ev.main_nfe, ev.seeds[0])
         acc, chain_acc = accuracy(sample_texts(model, x, mask, scfg, ev.batch_size)[0], self.problems,
@@ -381,9 +381,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     t = time.perf_counter()
     jobs = lane_order(cfg.train.seeds)
     for (variant, _), run in zip(jobs, side_by_side(jobs, train_one, cfg.lanes)):
-        results["models"][variant]["runs"].append(run)
-    for variant in VARIANTS:
-        results["models"][variant]["runs"].sort(key=lambda r: cfg.train.seeds.index(r["seed"]))
+        results["models"][variant]["runs"].append(run)  # seed order: the queue is seed-major
     phases["train"] = time.perf_counter() - t
 
     t = time.perf_counter()
