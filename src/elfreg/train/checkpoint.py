@@ -84,7 +84,6 @@ def write_checkpoint(output: Path, step: int, files: dict[str, Any], keep_last: 
 
     ``files`` maps a relative name to a callable ``write(path)`` (or, for ``model``, ``write(folder)``).
     """
-    from safetensors.torch import save_file  # noqa: F401  (writers use it)
 
     output = Path(output)
     final = ckpt_dir(output, step)
