@@ -323,6 +323,21 @@ def expectation_markdown(peak_flops_per_s: float | None = None, gpus: int = 8) -
     return out
 
 
+def breakdown_markdown(task: str = "gsm8k") -> list[str]:
+    """Per preset: TFLOP per canvas of each part of an online training step, and of the fp32 vocab head alone."""
+    out = ["| preset | student gradient pass (3x) | self-conditioning passes | encoder | teacher | total "
+           "| of it: vocab head (fp32) |", "|" + " --- |" * 7]
+    for p in PRESETS:
+        cfg = preset_config(p, task)
+        m, obj = cfg.model, cfg.objective
+        parts = train_step_flops(m, obj, 1, preset_frozen(cfg))
+        head = 3 * obj.decoder_prob * (student_forward_flops(m, 1, decoder_rows=1) - student_forward_flops(m, 1))
+        out.append(f"| {p} | " + " | ".join(f"{parts[k] / 1e12:.3f}" for k in
+                                             ("student_grad_pass", "self_conditioning", "encoder", "teacher", "total"))
+                   + f" | {head / 1e12:.3f} |")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--peak-tflops", type=float, default=None,
@@ -331,6 +346,8 @@ def main() -> None:
     args = ap.parse_args()
     peak = args.peak_tflops * 1e12 if args.peak_tflops else None
     print("\n".join(expectation_markdown(peak, args.gpus)))
+    print()
+    print("\n".join(breakdown_markdown()))
 
 
 if __name__ == "__main__":

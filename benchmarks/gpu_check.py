@@ -68,8 +68,8 @@ DEFAULT_BUDGET_S = 450.0  # the check must end within 8 minutes on one H200; the
 
 
 # -- time ------------------------------------------------------------------------------------------------------------
-class SectionTimeout(Exception):
-    """A section ran past its time box."""
+class SectionTimeout(BaseException):
+    """A section ran past its time box (a BaseException: no ``except Exception`` on the way swallows it)."""
 
 
 class SectionSkipped(Exception):
@@ -238,7 +238,7 @@ def smoke_sizes(device: str) -> Sizes:
         encoder=shape, encoder_layers=2, teacher=shape, teacher_layers=3,
         tokenizer_len=64, prompt_tokens=6, row_tokens=16, train_batch=4, warmup_steps=1, timed_steps=1,
         cache_rows=4, batch_limit=8, sample_batches=[1, 4], sample_nfes=[4, 8], sample_repeats=1, e2e_batches=[2],
-        e2e_nfe=4, peak_n=128, peak_dtype=torch.float32, weights_dtype=torch.float32)
+        e2e_nfe=4, peak_n=512, peak_dtype=torch.float32, weights_dtype=torch.float32)
 
 
 # -- the run's shared state ------------------------------------------------------------------------------------------
@@ -499,13 +499,20 @@ def section_training(ctx: Context, deadline: Deadline, res: dict) -> None:
             for mode in ("online", "cached"):
                 if mode == "cached":
                     use_cached_features(trainer, ctx.work / "feature-cache", s.cache_rows)
-                try:
-                    entry[mode] = measure_mode(ctx, trainer, preset, mode, deadline, step, expected.get(preset))
-                except torch.cuda.OutOfMemoryError as exc:
-                    entry[mode] = {"error": f"out of memory at batch {trainer.per_rank}: {str(exc)[:200]}"}
-                    trainer.optim.zero_grad()
-                    free_memory()
-                step += s.warmup_steps + s.timed_steps
+                while True:  # the preset's per-GPU batch; halved (recorded) while it does not fit
+                    try:
+                        entry[mode] = measure_mode(ctx, trainer, preset, mode, deadline, step, expected.get(preset))
+                        break
+                    except torch.cuda.OutOfMemoryError:
+                        entry.setdefault("out_of_memory", []).append(f"{mode} at batch {trainer.per_rank}")
+                        trainer.optim.zero_grad()
+                        free_memory()
+                        if trainer.per_rank == 1:
+                            entry[mode] = {"error": "out of memory at batch 1"}
+                            break
+                        trainer.per_rank //= 2
+                    finally:
+                        step += s.warmup_steps + s.timed_steps
         finally:
             del trainer
             free_memory()
@@ -572,14 +579,15 @@ def section_sampling(ctx: Context, deadline: Deadline, res: dict) -> None:
     prompt = s.prompt_tokens
     res.update(network=desc, ar_depth=ar.config.num_hidden_layers, prompt_tokens=prompt,
                new_tokens=m.max_len - prompt, bf16=ctx.cuda, batches={})
-    last: tuple[int, float] | None = None  # (batch, seconds) of the last measured batch: predicts the next
+    last: tuple[int, float, float] | None = None  # (batch, seconds, AR seconds) of the last batch: predicts the next
     for batch in s.sample_batches:
-        if last is not None and deadline.left() < last[1] * batch / last[0] * 1.5:
+        # AR generate is bound by per-token overhead (about constant in the batch), the sampler by FLOPs (linear)
+        if last is not None and deadline.left() < 1.2 * (last[2] + (last[1] - last[2]) * batch / last[0]):
             res["batches"][batch] = {"skipped": f"time box: {deadline.left():.0f} s left"}
             continue
         t0 = time.perf_counter()
         r = measure_batch(student, ar, bcfg, batch, s.sample_nfes, prompt, s.sample_repeats, s.device, ctx.cuda)
-        last = (batch, time.perf_counter() - t0)
+        last = (batch, time.perf_counter() - t0, r["ar_s"] * (1 + s.sample_repeats))
         rows = {}
         for n, secs in r["diffusion_s"].items():
             f = sampling_flops(student.config, batch, n)["total"]
@@ -763,12 +771,12 @@ def _md_training(r: dict, dev: dict) -> list[str]:
             if not x:
                 continue
             if "error" in x:
-                lines.append(f"| {preset} | {_fmt(e.get('parameters'), '.3g')} | {mode} | - | {x['error'][:80]} |"
+                lines.append(f"| {preset} | {_count(e.get('parameters'))} | {mode} | - | {x['error'][:80]} |"
                              + " |" * 6)
                 continue
             lines.append(
-                f"| {preset} | {e.get('parameters', 0) / 1e6:.0f}M | {mode} | {x['batch']} | {x['step_s']:.3f} "
-                f"| {x['tokens_per_s']:,.0f} | {x['canvas_positions_per_s']:,.0f} | {x['achieved_tflops']:.1f} "
+                f"| {preset} | {_count(e.get('parameters'))} | {mode} | {x['batch']} | {x['step_s']:.3f} "
+                f"| {x['tokens_per_s']:,.0f} | {x['canvas_positions_per_s']:,.0f} | {_fmt(x['achieved_tflops'])} "
                 f"| {_pct(x.get('mfu'))} | {_fmt(x.get('peak_memory_gib'), '.1f')} | {_fmt(x.get('paper_step_s'), '.2f')} |")
     ratios = r.get("reg_over_elf", {})
     if ratios:
@@ -777,9 +785,19 @@ def _md_training(r: dict, dev: dict) -> list[str]:
         lines.append("ELF-REG / ELF step time: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
                      + f" (paper, GPU-hours per canvas, seeds 002 §4.3: {paper}).")
     if r.get("draw_s"):
-        lines.append(f"\nThe step's random draws (CPU, per-example generators): {r['draw_s']['seconds']:.3f} s at "
-                     f"batch {r['draw_s']['batch']}.")
+        lines.append(f"\nThe step's random draws (CPU, per-example generators): {1e3 * r['draw_s']['seconds']:.1f} ms "
+                     f"at batch {r['draw_s']['batch']}.")
+    for preset, e in r.get("presets", {}).items():
+        if e.get("out_of_memory"):
+            lines.append(f"\n{preset}: out of memory ({', '.join(e['out_of_memory'])}); measured at half that batch.")
     return lines
+
+
+def _count(n: float | None) -> str:
+    """A parameter count: 241.3M, 12.5k."""
+    if n is None:
+        return "-"
+    return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.1f}k"
 
 
 def _pct(x: float | None) -> str:
@@ -798,7 +816,7 @@ def _md_sampling(r: dict, dev: dict) -> list[str]:
             continue
         for n, x in b["nfe"].items():
             lines.append(f"| {batch} | {n} | {x['seconds']:.3f} | {x['samples_per_s']:.2f} | {x['vs_ar']:.2f}x "
-                         f"| {x['achieved_tflops']:.1f} | {_pct(x.get('mfu'))} | {b['ar_s']:.3f} "
+                         f"| {_fmt(x['achieved_tflops'])} | {_pct(x.get('mfu'))} | {b['ar_s']:.3f} "
                          f"| {b['ar_samples_per_s']:.2f} | {b['crossover_nfe']:.1f} |")
     e2e = r.get("end_to_end")
     if e2e:
@@ -822,8 +840,9 @@ def _md_largest(r: dict, dev: dict) -> list[str]:
         bound = "" if x["exact"] else f" (search stopped early; {x['first_fail'] or '> ' + str(x['largest'])} "
         bound += "fails)" if not x["exact"] and x["first_fail"] else ")" if not x["exact"] else ""
         at_limit = " (the search limit)" if x["largest"] == x["limit"] else ""
+        peak = f"peak {x['peak_memory_gib']:.1f} GiB at it; " if x.get("peak_memory_gib") else ""
         lines.append(f"- {preset} ({x['mode']} features): {x['largest']} canvases per GPU fit{at_limit}{bound}; "
-                     f"peak {_fmt(x.get('peak_memory_gib'), '.1f')} GiB; probes "
+                     f"{peak}probes "
                      + ", ".join(f"{b}{'' if ok else ' OOM'}" for b, ok in x["probes"]))
     return lines
 
