@@ -19,9 +19,9 @@ what it measured). Sections, in order of importance:
    with the frozen encoder;
 5. largest_batch: the largest per-GPU batch of an ELF-REG training step that fits in memory.
 
-Every section runs inside a time box and a global budget (default 450 s, under the 8 minutes the check may take):
-one that fails or overruns records its error and the rest still run; sections the budget cannot fit are skipped
-with the reason. Nothing needs the network (the backbones are built from their shapes; hub access is switched off).
+Every section runs inside a time box, its share of a global budget (default 450 s, under the 8 minutes the check may
+take): one that fails or overruns records its error and the rest still run; sections the budget cannot fit are
+skipped with the reason; 25 s past the budget a watchdog ends the process even from inside a hung kernel. Nothing needs the network (the backbones are built from their shapes; hub access is switched off).
 Without CUDA (or with ``--smoke``) every section runs at tiny shapes on the CPU.
 """
 
@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import faulthandler
 import gc
 import json
 import os
@@ -65,6 +66,7 @@ from flops import (PRESETS, QWEN3_TOKENIZER_LEN, BackboneShape, FrozenModels, ex
 
 SCHEMA = 1
 DEFAULT_BUDGET_S = 450.0  # the check must end within 8 minutes on one H200; the rest is start-up and margin
+WATCHDOG_MARGIN_S = 25.0  # past the budget by this much, the process exits even from inside a hung kernel
 
 
 # -- time ------------------------------------------------------------------------------------------------------------
@@ -106,14 +108,11 @@ def hard_limit(seconds: float):
 
 
 def sync_seconds(fn: Callable[[], Any]) -> tuple[float, Any]:
-    """(wall seconds, result) of fn(), GPU work included."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    out = fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0, out
+    """(wall seconds, result) of fn(), GPU work included (bench_sampler.seconds, keeping the result)."""
+    from bench_sampler import seconds
+
+    out: list[Any] = []
+    return seconds(lambda: out.append(fn())), out[0]
 
 
 def free_memory() -> None:
@@ -235,7 +234,8 @@ def smoke_sizes(device: str) -> Sizes:
         label="tiny shapes (smoke)", device=device, presets=("elf-b", "elf-reg-b"), search_presets=("elf-reg-b",),
         model_overrides={"b": {**tiny, "width": 32}, "l": {**tiny, "width": 48}},
         backbone_overrides={"encoder_layer": 2, "teacher_repa_layer": 2, "teacher_reg_layer": 3},
-        encoder=shape, encoder_layers=2, teacher=shape, teacher_layers=3,
+        encoder=shape, encoder_layers=2, teacher=dataclasses.replace(shape, name="tiny-qwen3-teacher", hidden=48),
+        teacher_layers=3,
         tokenizer_len=64, prompt_tokens=6, row_tokens=16, train_batch=4, warmup_steps=1, timed_steps=1,
         cache_rows=4, batch_limit=8, sample_batches=[1, 4], sample_nfes=[4, 8], sample_repeats=1, e2e_batches=[2],
         e2e_nfe=4, peak_n=512, peak_dtype=torch.float32, weights_dtype=torch.float32)
@@ -244,6 +244,8 @@ def smoke_sizes(device: str) -> Sizes:
 # -- the run's shared state ------------------------------------------------------------------------------------------
 @dataclass
 class Context:
+    """What the sections share: the sizes, a work folder, the measured peak, backbones built and loaded once."""
+
     sizes: Sizes
     work: Path  # temporary folder: backbones, training rows, feature caches, runs
     peak_flops: float | None = None
@@ -264,6 +266,12 @@ class Context:
             self._folders[role] = write_random_qwen3(self.work / role, shape, layers, s.tokenizer_len, s.device,
                                                      s.weights_dtype)
         return self._folders[role]
+
+    def peak(self) -> float:
+        """The device's measured peak FLOP/s (the device section measures it; measured here if it did not run)."""
+        if self.peak_flops is None:
+            self.peak_flops = matmul_peak(self.sizes.device, self.sizes.peak_n, self.sizes.peak_dtype)
+        return self.peak_flops
 
     def backbone_config(self, teacher: bool):
         b = preset_config("elf-reg-l").backbones
@@ -315,9 +323,7 @@ def section_device(ctx: Context, deadline: Deadline, res: dict) -> None:
     else:
         res.update(name=platform.processor() or platform.machine(), threads=torch.get_num_threads())
     s = ctx.sizes
-    res["peak"] = {"n": s.peak_n, "dtype": str(s.peak_dtype).removeprefix("torch."),
-                   "flops_per_s": matmul_peak(s.device, s.peak_n, s.peak_dtype)}
-    ctx.peak_flops = res["peak"]["flops_per_s"]
+    res["peak"] = {"n": s.peak_n, "dtype": str(s.peak_dtype).removeprefix("torch."), "flops_per_s": ctx.peak()}
 
 
 def _git_commit() -> str | None:
@@ -418,14 +424,14 @@ def build_trainer(ctx: Context, preset: str, batch: int):
 
 def time_steps(trainer, first_step: int, warmup: int, timed: int, deadline: Deadline) -> list[dict]:
     """Run warm-up then timed optimiser steps (Trainer.step_once); each timed one: seconds and the trainer's metrics."""
-    out, step = [], first_step
+    out, step, last = [], first_step, 0.0
     for k in range(warmup + timed):
-        if k >= warmup and out and deadline.left() < 2 * out[-1]["seconds"]:
+        if deadline.left() < 2 * last:  # the step after this one would not fit in the box
             break
-        secs, m = sync_seconds(lambda: trainer.step_once(step))
+        last, m = sync_seconds(lambda: trainer.step_once(step))
         step += 1
         if k >= warmup:
-            out.append({"seconds": secs, "tokens": m["tokens"], "loss": m["loss"]})
+            out.append({"seconds": last, "tokens": m["tokens"], "loss": m["loss"]})
     return out
 
 
@@ -437,7 +443,7 @@ def measure_mode(ctx: Context, trainer, preset: str, mode: str, deadline: Deadli
         torch.cuda.reset_peak_memory_stats()
     steps = time_steps(trainer, first_step, s.warmup_steps, s.timed_steps, deadline)
     if not steps:
-        raise SectionTimeout("no time left for a timed step")
+        return {"batch": batch, "skipped": f"time box: {deadline.left():.0f} s left, no step timed"}
     step_s = statistics.median(x["seconds"] for x in steps)
     tokens = statistics.median(x["tokens"] for x in steps)
     cfg = trainer.cfg
@@ -451,8 +457,7 @@ def measure_mode(ctx: Context, trainer, preset: str, mode: str, deadline: Deadli
            "tokens_per_s": tokens / step_s, "canvas_positions_per_s": batch * cfg.model.max_len / step_s,
            "rows_per_s": batch / step_s, "flops_per_step": flops["total"], "flops_parts": flops,
            "achieved_tflops": flops["total"] / step_s / 1e12, "loss": steps[-1]["loss"]}
-    if ctx.peak_flops:
-        out["mfu"] = mfu(flops["total"], step_s, ctx.peak_flops)
+    out["mfu"] = mfu(flops["total"], step_s, ctx.peak())
     if ctx.cuda:
         out["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2 ** 30
         if expected is not None and mode == "online":
@@ -478,7 +483,7 @@ def section_training(ctx: Context, deadline: Deadline, res: dict) -> None:
     from synthetic import use_cached_features
 
     s = ctx.sizes
-    expected = {e["preset"]: e for e in expectations(ctx.peak_flops)} if ctx.cuda else {}
+    expected = {e["preset"]: e for e in expectations(ctx.peak())} if ctx.cuda else {}
     res["presets"] = {}
     res["row_tokens"] = s.row_tokens
     for preset in s.presets:
@@ -592,9 +597,7 @@ def section_sampling(ctx: Context, deadline: Deadline, res: dict) -> None:
         for n, secs in r["diffusion_s"].items():
             f = sampling_flops(student.config, batch, n)["total"]
             rows[n] = {"seconds": secs, "samples_per_s": batch / secs, "tokens_per_s": batch * r["new_tokens"] / secs,
-                       "vs_ar": secs / r["ar_s"], "achieved_tflops": f / secs / 1e12}
-            if ctx.peak_flops:
-                rows[n]["mfu"] = mfu(f, secs, ctx.peak_flops)
+                       "vs_ar": secs / r["ar_s"], "achieved_tflops": f / secs / 1e12, "mfu": mfu(f, secs, ctx.peak())}
         a, b, cross = crossover(list(r["diffusion_s"]), list(r["diffusion_s"].values()), r["ar_s"])
         res["batches"][batch] = {"ar_s": r["ar_s"], "ar_samples_per_s": batch / r["ar_s"],
                                  "ar_tokens_per_s": batch * r["new_tokens"] / r["ar_s"], "nfe": rows,
@@ -608,11 +611,11 @@ def end_to_end(ctx: Context, student, m, deadline: Deadline) -> dict:
     """`elfreg generate`'s pipeline (tokenise, frozen encoder, early-stop sampler, decode) on word prompts: seconds per
     batch, fp32 as the command runs it today and under bf16 autocast, and the encoder's share."""
     from bench_sampler import autocast
-    from synthetic import vocabulary
+    from synthetic import word_text
 
     from elfreg.config import ElfRegConfig, ObjectiveConfig
     from elfreg.hub import ElfModel
-    from elfreg.sampling import GenerationPipeline, SamplerConfig
+    from elfreg.sampling import GenerationPipeline, SamplerConfig, w_for_task
     from elfreg.sampling.cli import ElfModelEncoder
     from elfreg.stats import FeatureStats
 
@@ -623,11 +626,11 @@ def end_to_end(ctx: Context, student, m, deadline: Deadline) -> dict:
     model = ElfModel(cfg, student, FeatureStats.identity(m.feature_dim), FeatureStats.identity(m.reg_dim))
     model.attach_backbones(bb)
     model.to(s.device)
-    words = vocabulary(s.tokenizer_len)[5:]
     out: dict[str, Any] = {"nfe": s.e2e_nfe, "prompt_tokens": s.prompt_tokens, "batches": {}}
-    scfg = SamplerConfig(sampler="early-stop", nfe=s.e2e_nfe, rho=8, w=3.0)
+    scfg = SamplerConfig(sampler="early-stop", nfe=s.e2e_nfe, rho=8, w=w_for_task("gsm8k"))
     for batch in s.e2e_batches:
-        texts = [" ".join(words[(i * 7 + j) % len(words)] for j in range(s.prompt_tokens)) for i in range(batch)]
+        texts = [" ".join(word_text(list(range(i * 7, i * 7 + s.prompt_tokens)), s.tokenizer_len))
+                 for i in range(batch)]
         keys = [(i, 0) for i in range(batch)]
         pipe = GenerationPipeline(student, ElfModelEncoder(model, formatted=True), model.tokenizer, scfg,
                                   batch_size=batch, max_prompt_len=student.config.max_prompt_len)
@@ -647,12 +650,13 @@ def end_to_end(ctx: Context, student, m, deadline: Deadline) -> dict:
 
 
 SECTIONS: dict[str, tuple[str, Callable, float, float]] = {
-    # name: (title, function, time box in s on CUDA, least time worth starting it in s)
-    "device": ("Device and peak matmul", section_device, 30, 5),
+    # name: (title, function, nominal time box in s on CUDA (they add up to the default budget), least time worth
+    # starting it in s); each section's box is its share of the budget left (section_boxes)
+    "device": ("Device and peak matmul", section_device, 20, 5),
     "gpu_tests": ("GPU-marked tests", section_gpu_tests, 90, 20),
     "training": ("Training throughput", section_training, 170, 60),
-    "sampling": ("Sampling", section_sampling, 110, 30),
-    "largest_batch": ("Largest per-GPU batch", section_largest_batch, 60, 45),
+    "sampling": ("Sampling", section_sampling, 120, 30),
+    "largest_batch": ("Largest per-GPU batch", section_largest_batch, 50, 30),
 }
 
 
@@ -673,22 +677,31 @@ class Report:
         atomic_write_text(self.out / "gpu_check.md", "\n".join(render_markdown(self.data)) + "\n")
 
 
-def run_section(report: Report, name: str, fn: Callable, ctx: Context, box_s: float, least_s: float,
-                budget_end: float, grace_s: float = 10.0) -> None:
-    """Run one section in its time box (and the global budget); record ok / error / timeout / skipped.
+def section_boxes(names: list[str], left: float, scale: float = 1.0) -> tuple[float, float]:
+    """(time box, least time worth starting) of the first of ``names`` with ``left`` seconds of budget: its share
+    of what is left in proportion to the nominal boxes of it and the sections after it (so time an earlier section
+    did not use goes to the later ones), never eating into the least time each later section needs."""
+    nominal = sum(SECTIONS[n][2] for n in names)
+    reserve = scale * sum(SECTIONS[n][3] for n in names[1:])
+    return min(SECTIONS[names[0]][2] * left / nominal, left - reserve), scale * SECTIONS[names[0]][3]
+
+
+def run_section(report: Report, name: str, fn: Callable, ctx: Context, box: float, least_s: float,
+                grace_s: float = 10.0) -> None:
+    """Run one section in its time box; record ok / error / timeout / skipped (a box under ``least_s``).
 
     The section's loops see the box as a soft deadline; ``grace_s`` after it an alarm stops the section."""
     title = SECTIONS[name][0] if name in SECTIONS else name
-    left = budget_end - time.monotonic()
     entry: dict[str, Any] = {"title": title}
     report.data["sections"][name] = entry
-    if left < least_s:
-        entry.update(status="skipped", reason=f"global time budget: {max(left, 0):.0f} s left, the section needs at "
-                                              f"least {least_s:.0f} s")
+    if box < least_s:
+        entry.update(status="skipped", reason=f"global time budget: a box of {max(box, 0):.0f} s is left for it, "
+                                              f"it needs at least {least_s:.0f} s")
         report.write()
         return
-    box = min(box_s, left)
     result: dict[str, Any] = {}
+    entry.update(status="running", box_s=box)  # what a watchdog exit leaves in the files
+    report.write()
     t0 = time.monotonic()
     try:
         with hard_limit(box + grace_s):
@@ -770,20 +783,24 @@ def _md_training(r: dict, dev: dict) -> list[str]:
             x = e.get(mode)
             if not x:
                 continue
-            if "error" in x:
-                lines.append(f"| {preset} | {_count(e.get('parameters'))} | {mode} | - | {x['error'][:80]} |"
+            if "error" in x or "skipped" in x:
+                note = x.get("error") or f"skipped: {x['skipped']}"
+                lines.append(f"| {preset} | {_count(e.get('parameters'))} | {mode} | - | {note[:80]} |"
                              + " |" * 6)
                 continue
             lines.append(
                 f"| {preset} | {_count(e.get('parameters'))} | {mode} | {x['batch']} | {x['step_s']:.3f} "
                 f"| {x['tokens_per_s']:,.0f} | {x['canvas_positions_per_s']:,.0f} | {_fmt(x['achieved_tflops'])} "
                 f"| {_pct(x.get('mfu'))} | {_fmt(x.get('peak_memory_gib'), '.1f')} | {_fmt(x.get('paper_step_s'), '.2f')} |")
+    if any("paper_step_s" in e.get("online", {}) for e in r.get("presets", {}).values()):
+        lines.append("\nPaper-implied step: the paper's H200 GPU-seconds per canvas (seeds 002 §4.3, Tables 8-9; the "
+                     "prediction table above) times the batch.")
     ratios = r.get("reg_over_elf", {})
     if ratios:
         paper = "; ".join(f"{k} {v:.2f}x" for k, v in r.get("paper_reg_over_elf", {}).items())
         lines.append("")
         lines.append("ELF-REG / ELF step time: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
-                     + f" (paper, GPU-hours per canvas, seeds 002 §4.3: {paper}).")
+                     + f" (paper, H200 GPU-hours per canvas of the L students, seeds 002 §4.3: {paper}).")
     if r.get("draw_s"):
         lines.append(f"\nThe step's random draws (CPU, per-example generators): {1e3 * r['draw_s']['seconds']:.1f} ms "
                      f"at batch {r['draw_s']['batch']}.")
@@ -862,6 +879,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in SECTIONS]
     if unknown:
         ap.error(f"--sections: unknown {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    if args.budget_s is not None and args.budget_s <= 0:
+        ap.error(f"--budget-s: must be positive, got {args.budget_s}")
     device = args.device or ("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         ap.error("--device cuda: torch.cuda.is_available() is False")
@@ -873,15 +892,19 @@ def main(argv: list[str] | None = None) -> int:
             "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
             "budget_s": budget, "shapes": sizes.label, "device": device}
     report = Report(Path(args.out), meta)
+    # Past the budget a section stuck inside a kernel or a collective (where the alarm cannot reach it) ends the
+    # process: the files then show that section as "running" and every earlier one complete.
+    faulthandler.dump_traceback_later(max(budget_end - time.monotonic(), 1.0) + WATCHDOG_MARGIN_S, exit=True)
     with tempfile.TemporaryDirectory(prefix="elfreg-gpu-check-") as tmp:
         ctx = Context(sizes, Path(tmp))
-        for name in names:
-            title, fn, box, least = SECTIONS[name]
-            scale = 1.0 if paper else budget / DEFAULT_BUDGET_S
-            run_section(report, name, fn, ctx, box * scale, least * scale, budget_end)
+        for i, name in enumerate(names):
+            box, least = section_boxes(names[i:], budget_end - time.monotonic(),
+                                       1.0 if paper else budget / DEFAULT_BUDGET_S)
+            run_section(report, name, SECTIONS[name][1], ctx, box, least)
             print(f"gpu_check: {name}: {report.data['sections'][name]['status']} "
                   f"({report.data['sections'][name].get('seconds', 0):.1f} s)", file=sys.stderr, flush=True)
         ctx._backbones.clear()
+    faulthandler.cancel_dump_traceback_later()
     report.data["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     report.data["expected"] = expectation_markdown(ctx.peak_flops if paper else None)
     report.write()

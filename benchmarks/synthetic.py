@@ -8,6 +8,7 @@ with a word-level tokenizer of the real vocabulary's length.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -25,12 +26,20 @@ TEMPLATE_WORDS = ["Question:", "Answer:", "####"]
 SPECIAL_WORDS = ["<eos>", "<unk>"]
 
 
-def vocabulary(size: int) -> list[str]:
+@functools.lru_cache(maxsize=4)
+def vocabulary(size: int) -> tuple[str, ...]:
     """``size`` words: EOS (id 0), UNK, the template's words, then w0, w1, ..."""
     fixed = SPECIAL_WORDS + TEMPLATE_WORDS
     if size < len(fixed) + 2:
         raise ValueError(f"vocabulary: need at least {len(fixed) + 2} words, got {size}")
-    return fixed + [f"w{i}" for i in range(size - len(fixed))]
+    return tuple(fixed + [f"w{i}" for i in range(size - len(fixed))])
+
+
+def word_text(ids: list[int], vocab_size: int) -> list[str]:
+    """The words of ``ids`` counted from the first ordinary word (no special or template word)."""
+    words = vocabulary(vocab_size)
+    first = len(SPECIAL_WORDS) + len(TEMPLATE_WORDS)
+    return [words[first + i % (vocab_size - first)] for i in ids]
 
 
 def write_random_qwen3(folder: Path, shape: BackboneShape, layers: int, tokenizer_len: int,
@@ -43,7 +52,7 @@ def write_random_qwen3(folder: Path, shape: BackboneShape, layers: int, tokenize
     if tokenizer_len > shape.vocab:
         raise ValueError(f"{shape.name}: tokenizer of {tokenizer_len} ids > {shape.vocab} embedding rows")
     folder = Path(folder)
-    make_word_tokenizer(folder, vocabulary(tokenizer_len))
+    make_word_tokenizer(folder, list(vocabulary(tokenizer_len)))
     cfg = Qwen3Config(**{**shape.config_kwargs(), "num_hidden_layers": layers}, eos_token_id=0,
                       tie_word_embeddings=True)
     torch.manual_seed(seed)
@@ -62,12 +71,9 @@ def write_rows(path: Path, n: int, prompt_tokens: int, row_tokens: int, vocab_si
     if question < 1 or solution < 1:
         raise ValueError(f"write_rows: {row_tokens} tokens per row cannot hold a {prompt_tokens}-token prompt")
     g = torch.Generator().manual_seed(seed)
-    first = len(SPECIAL_WORDS) + len(TEMPLATE_WORDS)
-    words = vocabulary(vocab_size)
     with open(path, "w") as f:
         for _ in range(n):
-            ids = torch.randint(first, vocab_size, (question + solution + 1,), generator=g).tolist()
-            text = [words[i] for i in ids]
+            text = word_text(torch.randint(0, vocab_size, (question + solution + 1,), generator=g).tolist(), vocab_size)
             row = {"prompt": " ".join(text[:question]), "response": " ".join(text[question:-1]), "answer": text[-1]}
             f.write(json.dumps(row) + "\n")
     return Path(path)

@@ -71,14 +71,13 @@ def test_sections_fail_time_out_and_skip_alone(tmp_path):
     def fine(ctx, deadline, res):
         res["left"] = deadline.left()
 
-    end = time.monotonic() + 60
-    gc.run_section(report, "boom", boom, ctx, 5, 0, end)
+    gc.run_section(report, "boom", boom, ctx, 5, 0)
     t0 = time.monotonic()
-    gc.run_section(report, "slow", slow, ctx, 0.2, 0, end, grace_s=0.3)
+    gc.run_section(report, "slow", slow, ctx, 0.2, 0, grace_s=0.3)
     assert time.monotonic() - t0 < 5
-    gc.run_section(report, "nothing", nothing, ctx, 5, 0, end)
-    gc.run_section(report, "fine", fine, ctx, 5, 0, end)
-    gc.run_section(report, "late", fine, ctx, 5, 100, end)  # needs more than the budget has left
+    gc.run_section(report, "nothing", nothing, ctx, 5, 0)
+    gc.run_section(report, "fine", fine, ctx, 5, 0)
+    gc.run_section(report, "late", fine, ctx, 5, 100)  # needs more than the budget left it
     s = json.loads((tmp_path / "out" / "gpu_check.json").read_text())["sections"]
     assert s["boom"]["status"] == "error" and "kernel exploded" in s["boom"]["error"]
     assert s["boom"]["result"] == {"partial": 1}  # what a failing section measured is kept
@@ -88,6 +87,24 @@ def test_sections_fail_time_out_and_skip_alone(tmp_path):
     assert s["late"]["status"] == "skipped" and "global time budget" in s["late"]["reason"]
     md = (tmp_path / "out" / "gpu_check.md").read_text()
     assert "kernel exploded" in md and "| timeout |" in md
+
+
+def test_section_boxes_share_the_budget_left():
+    names = list(gc.SECTIONS)
+    nominal = {n: gc.SECTIONS[n][2] for n in names}
+    assert sum(nominal.values()) == gc.DEFAULT_BUDGET_S
+    box, least = gc.section_boxes(names, gc.DEFAULT_BUDGET_S)
+    assert box == pytest.approx(nominal["device"]) and least == gc.SECTIONS["device"][3]
+    # time the earlier sections did not use goes to the later ones, in proportion to their nominal boxes
+    later = names[2:]
+    left = 400.0
+    box, _ = gc.section_boxes(later, left)
+    assert box == pytest.approx(nominal[later[0]] * left / sum(nominal[n] for n in later))
+    # never into the least time the later sections need
+    box, _ = gc.section_boxes(names[2:], 100.0)
+    assert box == pytest.approx(100.0 - sum(gc.SECTIONS[n][3] for n in names[3:]))
+    box, least = gc.section_boxes(names[-1:], 45.0, scale=0.5)
+    assert box == 45.0 and least == 0.5 * gc.SECTIONS[names[-1]][3]
 
 
 def test_markdown_renders_every_section():

@@ -9,30 +9,14 @@ import torch
 from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
 from elfreg.demo.config import DemoStudent
 from elfreg.hub import ElfModel
-from elfreg.model.student import ElfStudent
 from elfreg.sampling.cli import cmd_generate, register
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.results_io import read_records
 from elfreg.sampling.samplers import sample
 
+from .test_real_student import _inputs, _student  # the same tiny real student and inputs as on the CPU
+
 pytestmark = pytest.mark.gpu
-
-
-def _student():
-    torch.manual_seed(0)
-    net = ElfStudent(model_preset("tiny", extra_token="reg", repa=False)).eval()
-    torch.nn.init.normal_(net.final_linear.weight, std=0.1)  # zero-initialised head would make x_hat constant
-    return net
-
-
-def _inputs(net, b):
-    cfg = net.config
-    g = torch.Generator().manual_seed(1)
-    x = torch.randn(b, cfg.max_len, cfg.feature_dim, generator=g)
-    mask = torch.zeros(b, cfg.max_len, dtype=torch.bool)
-    for i in range(b):
-        mask[i, : 3 + 2 * i] = True
-    return x, mask
 
 
 def _agreement(a: torch.Tensor, b: torch.Tensor) -> float:
