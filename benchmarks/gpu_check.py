@@ -730,6 +730,9 @@ def render_markdown(data: dict) -> list[str]:
     dev = data["sections"].get("device", {}).get("result", {})
     out.append(f"Started {data.get('started')}; {data.get('elapsed_s', 0):.0f} s of a {data.get('budget_s', 0):.0f} s "
                f"budget; shapes: {data.get('shapes')}; command `{data.get('command')}`.")
+    if not data.get("paper_shapes", True):
+        out.append("\nTiny shapes: the figures show that every path runs, not how fast elfreg is (single steps on a "
+                   "CPU; MFU against a small matmul).")
     out.append("")
     out.append("| section | status | seconds | note |")
     out.append("| --- | --- | --- | --- |")
@@ -890,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
     budget_end = START + budget
     meta = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
-            "budget_s": budget, "shapes": sizes.label, "device": device}
+            "budget_s": budget, "shapes": sizes.label, "paper_shapes": paper, "device": device}
     report = Report(Path(args.out), meta)
     # Past the budget a section stuck inside a kernel or a collective (where the alarm cannot reach it) ends the
     # process: the files then show that section as "running" and every earlier one complete.
