@@ -21,7 +21,8 @@ what it measured). Sections, in order of importance:
 
 Every section runs inside a time box, its share of a global budget (default 450 s, under the 8 minutes the check may
 take): one that fails or overruns records its error and the rest still run; sections the budget cannot fit are
-skipped with the reason; 25 s past the budget a watchdog ends the process even from inside a hung kernel. Nothing needs the network (the backbones are built from their shapes; hub access is switched off).
+skipped with the reason; 25 s past the budget a watchdog ends the process even from inside a hung kernel. Nothing
+needs the network (the backbones are built from their shapes; hub access is switched off).
 Without CUDA (or with ``--smoke``) every section runs at tiny shapes on the CPU.
 """
 
@@ -794,7 +795,8 @@ def _md_training(r: dict, dev: dict) -> list[str]:
             lines.append(
                 f"| {preset} | {_count(e.get('parameters'))} | {mode} | {x['batch']} | {x['step_s']:.3f} "
                 f"| {x['tokens_per_s']:,.0f} | {x['canvas_positions_per_s']:,.0f} | {_fmt(x['achieved_tflops'])} "
-                f"| {_pct(x.get('mfu'))} | {_fmt(x.get('peak_memory_gib'), '.1f')} | {_fmt(x.get('paper_step_s'), '.2f')} |")
+                f"| {_pct(x.get('mfu'))} | {_fmt(x.get('peak_memory_gib'), '.1f')} "
+                f"| {_fmt(x.get('paper_step_s'), '.2f')} |")
     if any("paper_step_s" in e.get("online", {}) for e in r.get("presets", {}).values()):
         lines.append("\nPaper-implied step: the paper's H200 GPU-seconds per canvas (seeds 002 §4.3, Tables 8-9; the "
                      "prediction table above) times the batch.")

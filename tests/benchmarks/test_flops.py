@@ -116,7 +116,8 @@ def test_muon_sampling_and_mfu():
     assert muon_flops([(3, 2)]) == muon_flops([(2, 3)])  # orthogonalised on the short side either way
     m = model_preset("tiny")
     s = sampling_flops(m, 2, 8)
-    assert s["denoiser"] == 7 * student_forward_flops(m, 2) and s["decoder"] == student_forward_flops(m, 2, decoder_rows=2)
+    assert s["denoiser"] == 7 * student_forward_flops(m, 2)
+    assert s["decoder"] == student_forward_flops(m, 2, decoder_rows=2)
     assert mfu(5e14, 2.0, 1e15) == 0.25
     with pytest.raises(ValueError):
         mfu(1.0, 0.0, 1e15)
