@@ -115,3 +115,35 @@ def test_code_samples_are_written_as_solutions(tmp_path):
     back = read_completions(tmp_path / "samples.jsonl", set(bench.by_id))
     assert [(c.task_id, c.sample, c.completion, c.format) for c in back] == [
         ("HumanEval/0", 1, comps[0].completion, "solution")]
+
+
+def test_math500_paper_protocol_samples_twice_and_names_each_table(tmp_path, tiny_lm_dir):
+    """--protocol paper on MATH-500: a 128-NFE run (pass@1, Table 2) and a 64-NFE run (pass@10 Table 20, pass@16
+    Table 3), each in its own folder, with every number next to the paper figure of the same settings."""
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    data = tmp_path / "math.jsonl"
+    data.write_text(json.dumps({"problem": "what is 1 plus 1 ?", "solution": "\\boxed{2}", "answer": "2",
+                                "unique_id": "test/x/1.json"}) + "\n")
+    out = tmp_path / "run"
+    assert main(["eval", "run", "--model", str(model), "--benchmark", "math500", "--data", str(data), "--out",
+                 str(out), "--protocol", "paper", "--no-progress", "--device", "cpu", "--batch-size", "16"]) == 0
+    for label, nfe, ks in (("nfe-128", 128, [1]), ("nfe-64", 64, [1, 10, 16])):
+        gens = [json.loads(x) for x in (out / label / "generations.jsonl").read_text().splitlines()]
+        assert len(gens) == 16 and {(g["nfe"], g["nfe_spent"], g["sampler"]) for g in gens} == {
+            (nfe, nfe, "early-stop")}
+        summary = json.loads((out / label / "summary.json").read_text())
+        assert summary["pass_at_k"]["ks"] == ks and summary["evaluation"]["label"] == label
+    combined = json.loads((out / "summary.json").read_text())
+    assert list(combined["runs"]) == ["nfe-128", "nfe-64"]
+    refs = {(r["metric"], r["table"]) for run in combined["runs"].values() for r in run["evaluation"]["paper_refs"]}
+    assert refs == {("pass@1", "Table 2"), ("pass@1", "Table 19"), ("pass@10", "Tables 18, 20"),
+                    ("pass@16", "Table 3")}
+    md = (out / "summary.md").read_text()
+    assert "### nfe-128: early-stop, 128 NFE, pass@1" in md and "### nfe-64: early-stop, 64 NFE" in md
+    assert "- pass@1 vs Table 2 (seeds/002:261): ELF-L 10.55, ELF-REG-L 13.39" in md
+    assert "- pass@16 vs Table 3 (seeds/002:296): ELF-L 44.00, ELF-REG-L 52.20" in md
+    # a second run resumes both folders: nothing generated again
+    before = (out / "nfe-64" / "generations.jsonl").read_text()
+    assert main(["eval", "run", "--model", str(model), "--benchmark", "math500", "--data", str(data), "--out",
+                 str(out), "--protocol", "paper", "--no-progress", "--device", "cpu", "--batch-size", "16"]) == 0
+    assert (out / "nfe-64" / "generations.jsonl").read_text() == before

@@ -103,7 +103,7 @@ class TrainConfig:
 class DataConfig:
     """Where examples come from and how features are made (spec §2, §7)."""
 
-    task: Literal["math", "code"] = "math"
+    task: Literal["math", "code", "choice"] = "math"  # choice: multiple-choice rationales (MMLU, configs/mmlu)
     sources: list[dict] = field(default_factory=list)  # SourceSpec mappings (see docs/data.md)
     shuffle_buffer: int = 10_000
     epochs: int | None = None  # caps the stream; None: loop until the run's length (train.steps or train.epochs)
@@ -112,7 +112,7 @@ class DataConfig:
     cache_dir: str | None = None  # cached mode; default <output>/feature-cache
 
     def __post_init__(self) -> None:
-        check(self.task in ("math", "code"), "data.task", f"unknown {self.task!r}")
+        check(self.task in ("math", "code", "choice"), "data.task", f"unknown {self.task!r}")
         check(self.shuffle_buffer >= 1, "data.shuffle_buffer", "must be >= 1")
         check(self.epochs is None or self.epochs >= 1, "data.epochs", "must be >= 1 or null")
         check(self.features in ("online", "cached"), "data.features", f"unknown {self.features!r}")

@@ -195,6 +195,58 @@ def make_plan(cfg, lengths: RowLengths | None = None, rows: int | None = None, o
                      warmup_fraction=warmup / steps if steps else 0.0, epoch_steps=epoch_steps, paper=paper)
 
 
+class SourcesUnreachable(OSError):
+    """The plan needs the Hugging Face hub and the hub cannot be reached; the message names each source and how to
+    point it at a local copy."""
+
+
+def _hub_tokenizer_cached(name: str, gguf_file: str | None, revision: str | None) -> bool:
+    from elfreg.backbones import load_tokenizer
+
+    try:
+        load_tokenizer(name, gguf_file, revision, local_files_only=True)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def check_sources(cfg, probe=None) -> bool:
+    """Fail fast when the plan reads from an unreachable Hugging Face hub; returns True when the hub is unreachable
+    but everything the plan needs is local (so the tokenizer is read from the cache only, without retries).
+
+    The plan reads the encoder's tokenizer (``backbones.encoder``) and every data source; a hub id is remote unless
+    it is a local folder, and a hub tokenizer already in the local cache needs no network. ``probe`` (default
+    :func:`elfreg.hub.hub_unreachable`) returns why the hub is unreachable, or None.
+    """
+    import os
+
+    b = cfg.backbones
+    encoder_remote = not os.path.exists(os.path.expanduser(b.encoder))
+    data_remote = [(i, s) for i, s in enumerate(cfg.data.sources)
+                   if s.get("hub_id") is not None and not os.path.isdir(os.path.expanduser(str(s["hub_id"])))]
+    if not encoder_remote and not data_remote:
+        return False
+    if probe is None:
+        from elfreg.hub import hub_unreachable as probe
+    why = probe()
+    if why is None:
+        return False
+    needs = []
+    if encoder_remote and not _hub_tokenizer_cached(b.encoder, b.encoder_gguf_file, b.revision):
+        needs.append(f"  - backbones.encoder = {b.encoder} (its tokenizer; not in the local Hugging Face cache): "
+                     f"download it where the hub is reachable (`hf download {b.encoder} --local-dir DIR`) and pass "
+                     "backbones.encoder=DIR")
+    for i, s in data_remote:
+        needs.append(f"  - data.sources[{i}] ({s.get('name')}) = hub dataset {s['hub_id']} (streamed): save a local "
+                     f"copy where the hub is reachable (`hf download --repo-type dataset {s['hub_id']} --local-dir "
+                     "DIR`, or datasets' save_to_disk) and, in a copy of this config, give the source `path: DIR` "
+                     "(a JSONL/Parquet file, folder or glob; `format: disk` for save_to_disk) in place of `hub_id`")
+    if needs:
+        raise SourcesUnreachable(f"the Hugging Face hub is unreachable ({why}) and this plan reads from it:\n"
+                                 + "\n".join(needs))
+    return True
+
+
 def check_overflow(cfg, skipped: int, seen: int) -> None:
     """ValueError when the skipped share of the rows seen is over canvas.max_overflow_fraction."""
     bound = cfg.canvas.max_overflow_fraction

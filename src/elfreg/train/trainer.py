@@ -85,9 +85,11 @@ def plan_run(cfg: RunConfig, tokenizer=None) -> TrainPlan:
     """The plan of a run without training (``elfreg train --dry-run``): only the tokenizer is loaded."""
     if tokenizer is None:
         from elfreg.backbones import load_tokenizer
+        from elfreg.train.plan import check_sources
 
         b = cfg.backbones
-        tokenizer = load_tokenizer(b.encoder, b.encoder_gguf_file, b.revision)
+        offline = check_sources(cfg)  # an unreachable hub fails here, naming each source, not after ~40 s of retries
+        tokenizer = load_tokenizer(b.encoder, b.encoder_gguf_file, b.revision, local_files_only=offline)
     return plan_from_counts(cfg, count_rows(cfg, tokenizer))
 
 
