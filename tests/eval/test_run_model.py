@@ -147,3 +147,27 @@ def test_math500_paper_protocol_samples_twice_and_names_each_table(tmp_path, tin
     assert main(["eval", "run", "--model", str(model), "--benchmark", "math500", "--data", str(data), "--out",
                  str(out), "--protocol", "paper", "--no-progress", "--device", "cpu", "--batch-size", "16"]) == 0
     assert (out / "nfe-64" / "generations.jsonl").read_text() == before
+
+
+def test_prompts_over_the_model_limit_are_an_error_or_counted_as_wrong(tmp_path, tiny_lm_dir, capsys):
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)  # max_prompt_len 16
+    data = tmp_path / "gsm.jsonl"
+    rows = [{"question": "what is 2 plus 3 ?", "answer": "#### 5"},
+            {"question": "what is " + "1 plus " * 12 + "1 ?", "answer": "#### 13"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(data), "--nfe", "3",
+            "--samples", "2", "--no-progress", "--device", "cpu"]
+    assert main(base + ["--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err
+    assert "1 of 2 gsm8k prompts exceed the model's 16-token prompt limit (longest: gsm8k/1" in err
+    assert "--long-prompts skip" in err and not (tmp_path / "e").exists()
+    out = tmp_path / "s"
+    assert main(base + ["--out", str(out), "--long-prompts", "skip"]) == 0
+    assert len((out / "generations.jsonl").read_text().splitlines()) == 2  # only the short question
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["prompts_too_long"]["count"] == 1 and summary["prompts_too_long"]["task_ids"] == ["gsm8k/1"]
+    assert summary["metrics"]["accuracy"]["problems"] == 2  # the long one counts, as wrong
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert [(s["task_id"], s["completion"]) for s in samples if s["task_id"] == "gsm8k/1"] == [
+        ("gsm8k/1", ""), ("gsm8k/1", "")]
+    assert "1 problems' prompts exceed the model's 16-token prompt limit" in (out / "summary.md").read_text()

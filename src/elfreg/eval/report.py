@@ -136,6 +136,10 @@ def markdown_table(summary: dict) -> str:
     if pk.get("dropped_ks"):
         lines.append(f"Not reported (k > {blocks[0][3]['samples_per_problem']} samples): "
                      + ", ".join(f"pass@{k}" for k in pk["dropped_ks"]))
+    long = summary.get("prompts_too_long") or {}
+    if long.get("count"):
+        lines.append(f"{long['count']} problems' prompts exceed the model's {long['limit']}-token prompt limit "
+                     f"(longest {long['longest']}): not generated, scored wrong (--long-prompts skip)")
     looks = met.get("completions_looking_like_solutions")
     if looks and looks["rows"]:
         lines.append(f"{looks['rows']} `completion` rows look like self-contained `solution`s ({looks['failed']} of "

@@ -69,6 +69,10 @@ def register_run(sub) -> None:
                         "each in its own subfolder")
     p.add_argument("--k", default=None,
                    help="pass@k to report, e.g. 1,4,10 (each <= --samples; default: the paper's ks that fit)")
+    p.add_argument("--long-prompts", choices=("error", "skip"), default="error",
+                   help="a question longer than the model's prompt limit: error (default, before any generation), or "
+                        "skip: not generated, scored wrong and counted in the report (MMLU has questions of ~1,000 "
+                        "tokens)")
     add_code_scoring_arguments(p)
     add_sampler_arguments(p)
     # None = "not given", so a protocol can fill it and the report can say where each value came from.
@@ -127,13 +131,53 @@ def _cached_loader():
     return load
 
 
-def _one_run(args: argparse.Namespace, bench, problems, resolved, out: Path, sandbox, load) -> dict | int:
-    """Generate and score one sampling run in ``out``; returns its summary, or generate's exit code on failure."""
+def _generation_device(args: argparse.Namespace):
+    """The device `elfreg generate` picks for these flags (``--device``, else cuda:LOCAL_RANK, else cpu)."""
+    import os
+
+    import torch
+
+    if args.device:
+        return torch.device(args.device)
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if torch.cuda.is_available() \
+        else torch.device("cpu")
+
+
+def split_long_prompts(args: argparse.Namespace, bench, problems, load) -> tuple[list, dict]:
+    """(problems whose prompt fits the model, record of those that do not) under ``--long-prompts``.
+
+    The prompt is measured as generation encodes it (the model's template around the question); ``error`` raises
+    ValueError before any generation, naming the count, the limit and the longest."""
+    from elfreg.sampling.pipeline import prompt_limit
+
+    loaded = load(args.model, _generation_device(args), getattr(args, "prompt_format", "template"))
+    limit = prompt_limit(int(loaded.network.config.max_len), loaded.max_prompt_len)
+    lengths = [len(ids) for ids in loaded.encoder.prompt_token_ids([bench.format_prompt(p) for p in problems])]
+    long = [(p.task_id, n) for p, n in zip(problems, lengths) if n > limit]
+    record = {"limit": limit, "count": len(long), "task_ids": [t for t, _ in long],
+              "longest": max((n for _, n in long), default=0)}
+    if long and args.long_prompts == "error":
+        worst = max(long, key=lambda x: x[1])
+        raise ValueError(f"--long-prompts: {len(long)} of {len(problems)} {bench.name} prompts exceed the model's "
+                         f"{limit}-token prompt limit (longest: {worst[0]}, {worst[1]} tokens); pass --long-prompts "
+                         "skip to score them as wrong (counted in the report), or use a model with a larger "
+                         "model.max_prompt_len")
+    too_long = {t for t, _ in long}
+    return [p for p in problems if p.task_id not in too_long], record
+
+
+def _one_run(args: argparse.Namespace, bench, problems, resolved, out: Path, sandbox, load,
+             skipped: dict) -> dict | int:
+    """Generate and score one sampling run in ``out``; returns its summary, or generate's exit code on failure.
+
+    Problems in ``skipped`` (prompts over the limit) are not generated: each of their samples is an empty answer,
+    scored wrong, so `eval score` on samples.jsonl gives the same numbers."""
     from elfreg.sampling.cli import cmd_generate
 
     out.mkdir(parents=True, exist_ok=True)
     prompts_path, gens_path = out / "prompts.jsonl", out / "generations.jsonl"
-    write_prompts(bench, problems, prompts_path)
+    skip = set(skipped["task_ids"]) if skipped["count"] else set()
+    write_prompts(bench, [p for p in problems if p.task_id not in skip], prompts_path)
     run_args = argparse.Namespace(**vars(args))
     for key in ("sampler", "nfe", "rho", "samples", "w", "task"):
         setattr(run_args, key, resolved.values[key])
@@ -143,13 +187,15 @@ def _one_run(args: argparse.Namespace, bench, problems, resolved, out: Path, san
     if code != 0:
         return code
     comps = completions_from_generations(gens_path)
+    comps += [Completion(p.task_id, k, "", 0) for p in problems if p.task_id in skip
+              for k in range(resolved.values["samples"])]
     write_samples(bench, comps, out / "samples.jsonl")
     opts = ScoreOptions(workers=args.workers, allow_subset=args.limit is not None, time_rule=time_rule(args),
                         progress=not args.no_progress, ks=resolved.values["ks"], alias_helpers=args.alias_helpers)
     summary = score_completions(bench, comps, out / "results.jsonl", opts, sandbox)
     summary.update(model=str(args.model), generation=generation_settings(gens_path),
                    samples_per_problem=resolved.values["samples"], problems=len(problems),
-                   evaluation=resolved.as_dict())
+                   evaluation=resolved.as_dict(), prompts_too_long=skipped)
     if resolved.label:
         summary["run_label"] = (f"{resolved.label}: {resolved.values['sampler']}, {resolved.values['nfe']} NFE, "
                                 f"pass@{', pass@'.join(map(str, resolved.values['ks']))}")
@@ -184,9 +230,10 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     load = _cached_loader()
     summaries: dict[str, dict] = {}
     try:
+        _, skipped = split_long_prompts(args, bench, problems, load)
         for resolved in runs:
             res = _one_run(args, bench, problems, resolved, out / resolved.label if resolved.label else out,
-                           sandbox, load)
+                           sandbox, load, skipped)
             if isinstance(res, int):
                 return res
             summaries[resolved.label] = res
