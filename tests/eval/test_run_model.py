@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 import torch
 
 from elfreg.cli import main
@@ -117,6 +119,7 @@ def test_code_samples_are_written_as_solutions(tmp_path):
         ("HumanEval/0", 1, comps[0].completion, "solution")]
 
 
+@pytest.mark.slow  # 2 x 16 samples at 128 and 64 NFE: tens of seconds on a loaded 2-core machine
 def test_math500_paper_protocol_samples_twice_and_names_each_table(tmp_path, tiny_lm_dir):
     """--protocol paper on MATH-500: a 128-NFE run (pass@1, Table 2) and a 64-NFE run (pass@10 Table 20, pass@16
     Table 3), each in its own folder, with every number next to the paper figure of the same settings."""
