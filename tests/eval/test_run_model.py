@@ -10,9 +10,9 @@ from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
 from elfreg.hub import ElfModel
 
 
-def _save_tiny_model(folder, lm_dir):
+def _save_tiny_model(folder, lm_dir, max_len=24, max_prompt_len=16):
     cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
-                                          max_len=24, max_prompt_len=16),
+                                          max_len=max_len, max_prompt_len=max_prompt_len),
                        backbones=BackboneConfig(encoder=str(lm_dir), encoder_layer=2, dtype="float32"))
     torch.manual_seed(0)
     return ElfModel.new(cfg).save_pretrained(folder)
@@ -173,3 +173,28 @@ def test_prompts_over_the_model_limit_are_an_error_or_counted_as_wrong(tmp_path,
     assert [(s["task_id"], s["completion"]) for s in samples if s["task_id"] == "gsm8k/1"] == [
         ("gsm8k/1", ""), ("gsm8k/1", "")]
     assert "1 problems' prompts exceed the model's 16-token prompt limit" in (out / "summary.md").read_text()
+
+
+def test_eval_run_on_mmlu_uses_its_protocol_and_prompt(tmp_path, tiny_lm_dir, capsys):
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir, max_len=64, max_prompt_len=48)
+    data = tmp_path / "mmlu.jsonl"  # MMLU rows short enough for the tiny canvas
+    data.write_text("".join(json.dumps({"subject": "sums", "question": q, "choices": c, "answer": a}) + "\n"
+                            for q, c, a in [("1 plus 1 ?", ["1", "2", "3", "4"], "B"),
+                                            ("2 plus 1 ?", ["3", "2", "1", "4"], "A")]))
+    out = tmp_path / "run"
+    assert main(["eval", "run", "--model", str(model), "--benchmark", "mmlu", "--data", str(data), "--out", str(out),
+                 "--protocol", "paper", "--nfe", "3", "--samples", "4", "--no-progress", "--device", "cpu",
+                 "--long-prompts", "skip"]) == 0
+    gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
+    prompts = [json.loads(x)["prompt"] for x in (out / "prompts.jsonl").read_text().splitlines()]
+    assert prompts[0].startswith("1 plus 1 ?\n(A) 1\n(B) 2\n(C) 3\n(D) 4\nThink step by step")
+    summary = json.loads((out / "summary.json").read_text())
+    ev = summary["evaluation"]
+    assert summary["kind"] == "choice" and {g["sampler"] for g in gens} <= {"full-span"}
+    assert ev["values"]["w"] == 2.0 and ev["origin"]["w"] == "protocol:paper" and ev["values"]["ks"] == [1, 4]
+    assert ev["paper_refs"] == []  # NFE and samples are not Table 21's: no paper figure beside these numbers
+    assert summary["prompts_too_long"]["count"] == 0 and len(gens) == 2 * 4
+    small = _save_tiny_model(tmp_path / "small", tiny_lm_dir)  # 16 prompt tokens: no MMLU question fits
+    assert main(["eval", "run", "--model", str(small), "--benchmark", "mmlu", "--data", str(data), "--out",
+                 str(tmp_path / "none"), "--long-prompts", "skip", "--device", "cpu", "--no-progress"]) == 2
+    assert "none is left to generate" in capsys.readouterr().err

@@ -156,12 +156,13 @@ def split_long_prompts(args: argparse.Namespace, bench, problems, load) -> tuple
     long = [(p.task_id, n) for p, n in zip(problems, lengths) if n > limit]
     record = {"limit": limit, "count": len(long), "task_ids": [t for t, _ in long],
               "longest": max((n for _, n in long), default=0)}
-    if long and args.long_prompts == "error":
+    if long and (args.long_prompts == "error" or len(long) == len(problems)):
         worst = max(long, key=lambda x: x[1])
         raise ValueError(f"--long-prompts: {len(long)} of {len(problems)} {bench.name} prompts exceed the model's "
-                         f"{limit}-token prompt limit (longest: {worst[0]}, {worst[1]} tokens); pass --long-prompts "
-                         "skip to score them as wrong (counted in the report), or use a model with a larger "
-                         "model.max_prompt_len")
+                         f"{limit}-token prompt limit (longest: {worst[0]}, {worst[1]} tokens); "
+                         + ("none is left to generate: use a model with a larger model.max_prompt_len"
+                            if len(long) == len(problems) else "pass --long-prompts skip to score them as wrong "
+                            "(counted in the report), or use a model with a larger model.max_prompt_len"))
     too_long = {t for t, _ in long}
     return [p for p in problems if p.task_id not in too_long], record
 
