@@ -5,20 +5,18 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 pytest.importorskip("lm_eval", reason='lm-eval is not installed: pip install "elfreg[lm-eval]"')
 
 import lm_eval  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
-from lm_eval.api.model import LM  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
-from elfreg.config import BackboneConfig, ElfRegConfig, model_preset  # noqa: E402
 from elfreg.eval.answers import extract_choice  # noqa: E402
 from elfreg.eval.datasets import load_benchmark  # noqa: E402
-from elfreg.hub import ElfModel  # noqa: E402
 from elfreg.lm_eval.model import ElfLM  # noqa: E402
+
+from ._task import fixed_answers, tiny_model  # noqa: E402
 
 MMLU_TASKS = Path(lm_eval.__file__).parent / "tasks" / "mmlu"
 # lm-eval's MMLU variants: the template file of each, its output type, and the split it scores
@@ -76,17 +74,7 @@ def test_cot_zeroshot_filters_agree_with_elfreg_on_canonical_rationales(tmp_path
     texts = [f"Step by step: the options differ.\nThe answer is ({p.answer})." if i % 2 == 0 else
              f"Reasoning.\nThe answer is ({wrong(p)})." for i, p in enumerate(probs)]
     texts[-1] = f"Answer: {probs[-1].answer}"
-
-    class Fixed(LM):
-        def loglikelihood(self, requests):
-            raise NotImplementedError
-
-        loglikelihood_rolling = loglikelihood
-
-        def generate_until(self, requests):
-            return [texts[r.doc_id] for r in requests]
-
-    res = _evaluate(tmp_path, task, Fixed())
+    res = _evaluate(tmp_path, task, fixed_answers(texts))
     samples = sorted(res["samples"][task], key=lambda s: s["doc_id"])
     by_filter = {f: [s["exact_match"] for s in samples if s["filter"] == f] for f in ("strict-match",
                                                                                        "flexible-extract")}
@@ -98,11 +86,7 @@ def test_cot_zeroshot_filters_agree_with_elfreg_on_canonical_rationales(tmp_path
 @pytest.fixture(scope="module")
 def mmlu_sized_model(tmp_path_factory, tiny_lm_dir):
     """A tiny random model whose canvas holds an MMLU question (prompts of up to 240 word-tokenizer tokens)."""
-    cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
-                                          max_len=256, max_prompt_len=240),
-                       backbones=BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=2, dtype="float32"))
-    torch.manual_seed(0)
-    return ElfModel.new(cfg).save_pretrained(tmp_path_factory.mktemp("mmlu_model") / "model")
+    return tiny_model(tiny_lm_dir, 256, 240).save_pretrained(tmp_path_factory.mktemp("mmlu_model") / "model")
 
 
 @pytest.mark.slow
