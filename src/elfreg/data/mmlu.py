@@ -32,7 +32,7 @@ from typing import Any, Iterable, Iterator
 from elfreg.data.decontam_choice import ChoiceMatcher
 from elfreg.data.ngrams import normalize
 from elfreg.data.sources import BadRowError
-from elfreg.data.templates import LETTERS, format_choice_question, format_choice_response
+from elfreg.data.templates import LETTERS, choice_letter, format_choice_question, format_choice_response
 from elfreg.eval.answers import extract_choice
 
 AUX_HUB_ID, AUX_HUB_CONFIG, AUX_HUB_SPLIT = "cais/mmlu", "auxiliary_train", "train"
@@ -53,14 +53,6 @@ class AuxQuestion:
     where: str
 
 
-def _letter(answer: Any) -> str | None:
-    if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < len(LETTERS):
-        return LETTERS[answer]
-    if isinstance(answer, str) and answer.strip().upper() in LETTERS and len(answer.strip()) == 1:
-        return answer.strip().upper()
-    return None
-
-
 def aux_question(index: int, record: Any, where: str, subject: str = "") -> AuxQuestion:
     """A question row (``{question, choices[4], answer A-D or 0-3}``, or that mapping nested under ``train`` as the
     hub's ``cais/mmlu`` ``auxiliary_train`` config stores it); BadRowError naming ``where`` otherwise."""
@@ -68,7 +60,7 @@ def aux_question(index: int, record: Any, where: str, subject: str = "") -> AuxQ
         record = record["train"]
     if not isinstance(record, dict):
         raise BadRowError(f"{where}: expected a question object, got {type(record).__name__}")
-    q, choices, letter = record.get("question"), record.get("choices"), _letter(record.get("answer"))
+    q, choices, letter = record.get("question"), record.get("choices"), choice_letter(record.get("answer"))
     if not isinstance(q, str) or not isinstance(choices, (list, tuple)) or len(choices) != len(LETTERS) \
             or not all(isinstance(c, str) for c in choices) or letter is None:
         raise BadRowError(f"{where}: expected {{question, choices: {len(LETTERS)} strings, answer: A-D or 0-3}}")

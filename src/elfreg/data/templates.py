@@ -78,9 +78,13 @@ def format_choice_question(question: str, choices: list[str]) -> str:
     return f"{question.strip()}\n{opts}\n{CHOICE_INSTRUCTION}"
 
 
-def choice_conclusion(letter: str) -> str:
-    """The closing line of a multiple-choice response: ``The answer is (X).``"""
-    return f"The answer is ({letter})."
+def choice_letter(answer: Any) -> str | None:
+    """An option as its letter: ``"C"``, ``" c "`` or ``2`` (0-based, the Hugging Face form) -> ``"C"``; else None."""
+    if isinstance(answer, int) and not isinstance(answer, bool):
+        return LETTERS[answer] if 0 <= answer < len(LETTERS) else None
+    if isinstance(answer, str) and len(answer.strip()) == 1 and answer.strip().upper() in LETTERS:
+        return answer.strip().upper()
+    return None
 
 
 def format_choice_response(rationale: str, answer: Any, where: str = "") -> str:
@@ -90,15 +94,13 @@ def format_choice_response(rationale: str, answer: Any, where: str = "") -> str:
     BadRowError naming ``where`` (`elfreg data mmlu-train` keeps only rationales that agree with the gold letter)."""
     from elfreg.eval.answers import extract_choice  # light: regular expressions only
 
-    letter = LETTERS[answer] if isinstance(answer, int) and not isinstance(answer, bool) and 0 <= answer < 4 \
-        else str(answer).strip().upper() if answer is not None else ""
-    if letter not in LETTERS or len(letter) != 1:
+    letter = choice_letter(answer)
+    if letter is None:
         raise BadRowError(f"{where}: multiple-choice row needs an answer A-D (or 0-3), got {answer!r}")
     said = extract_choice(rationale)
     if said is not None and said != letter:
         raise BadRowError(f"{where}: the rationale concludes ({said}) but the answer is ({letter})")
-    body = rationale.strip()
-    end = choice_conclusion(letter)
+    body, end = rationale.strip(), f"The answer is ({letter})."
     return body if body.endswith(end) else (f"{body}\n{end}" if body else end)
 
 

@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
+from elfreg.data.templates import choice_letter
+
 from . import prompts
 from .answers import extract_choice, extract_gsm8k
 from .benchmark import Benchmark, BenchmarkRegistry, Problem, sha256_file
@@ -175,11 +177,9 @@ def load_mbpp_plus(path: str | None = None) -> Benchmark:
 
 def _mmlu_problem(r: dict, task_id: str, where: str) -> Problem:
     """One MMLU row {subject, question, choices[4], answer A-D or 0-3} as a Problem; bad rows name ``where``."""
-    choices, ans = r.get("choices"), r.get("answer")
-    if isinstance(ans, int) and not isinstance(ans, bool) and 0 <= ans < 4:
-        ans = "ABCD"[ans]
+    choices, ans = r.get("choices"), choice_letter(r.get("answer"))
     if not isinstance(r.get("question"), str) or not isinstance(choices, list) or len(choices) != 4 \
-            or not all(isinstance(c, str) for c in choices) or ans not in ("A", "B", "C", "D"):
+            or not all(isinstance(c, str) for c in choices) or ans is None:
         raise ValueError(f"{where}: expected an MMLU row {{question, choices: 4 strings, answer: A-D or 0-3}}")
     return Problem(task_id, r["question"], f"The answer is ({ans})", ans,
                    extra={"choices": list(choices), "subject": r.get("subject", "")})
