@@ -28,9 +28,9 @@ import re
 from .sanitize import extract_code, sanitize
 
 FORMATS = ("completion", "solution")
+ALIAS_RULE = "one-top-level-function"  # recorded in every scored code row: rows of another rule are rescored
 # Scoring modes of a code sample and how reports name them (one home): no alias, the paper's rule, elfreg's
 # helper-tolerant reading (an option, never the paper's number).
-ALIAS_RULE = "one-top-level-function"  # recorded in every scored code row: rows of another rule are rescored
 ALIAS_MODES = {"noalias": "off", "alias": "paper rule (1 top-level function)",
                "alias_helpers": "helper-tolerant (not the paper's)"}
 
