@@ -213,7 +213,11 @@ def test_hub_probe_is_short_and_local_sources_need_no_hub(monkeypatch, tiny_lm_d
     from elfreg.hub import hub_unreachable
     from elfreg.train.plan import check_sources
 
+    from huggingface_hub import constants
+
+    # the CI machine may run offline: both the variable and the value huggingface_hub read from it at import
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
     for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
