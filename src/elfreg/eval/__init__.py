@@ -6,7 +6,7 @@ from .datasets import default_registry, load_benchmark
 from .metrics import pass_at_k, summarize
 from .protocol import PROTOCOLS, ProtocolEntry, protocol_entry, resolve_settings
 from .report import markdown_table, write_reports
-from .sandbox import Sandbox, SandboxConfig
+from ..sandbox import Sandbox, SandboxConfig
 from .scoring import ScoreOptions, score_completions
 
 __all__ = ["Benchmark", "BenchmarkRegistry", "Problem", "Completion", "CompletionsError", "read_completions",

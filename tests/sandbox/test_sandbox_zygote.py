@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from elfreg.eval.codecheck import run_asserts
-from elfreg.eval.sandbox import _MAX_SLOTS, _UID_BASE, IsolationUnavailable, Sandbox, SandboxConfig
+from elfreg.sandbox.codecheck import run_asserts
+from elfreg.sandbox.sandbox import _MAX_SLOTS, _UID_BASE, IsolationUnavailable, Sandbox, SandboxConfig
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -122,8 +122,8 @@ def test_killed_harness_leaves_no_sandboxed_process(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {SRC!r})
-        from elfreg.eval.codecheck import run_asserts
-        from elfreg.eval.sandbox import _MAX_SLOTS, _UID_BASE, IsolationUnavailable, Sandbox, SandboxConfig
+        from elfreg.sandbox.codecheck import run_asserts
+        from elfreg.sandbox.sandbox import _MAX_SLOTS, _UID_BASE, IsolationUnavailable, Sandbox, SandboxConfig
         sb = Sandbox(SandboxConfig(isolation="zygote"))
         print("ready", flush=True)
         run_asserts(sb, "import os\\nos.fork()\\nwhile True:\\n    pass", "assert True", 300)

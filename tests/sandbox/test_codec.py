@@ -2,7 +2,7 @@ import math
 
 import numpy as np
 
-from elfreg.eval._child import DIGEST_THRESHOLD, Opaque, decode_text, encode_output, encode_text
+from elfreg.sandbox.inside.codec import DIGEST_THRESHOLD, Opaque, decode_text, encode_output, encode_text
 
 
 def test_roundtrip_keeps_python_types():
