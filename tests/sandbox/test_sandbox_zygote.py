@@ -155,3 +155,32 @@ def _pids_of(uid: int) -> list[int]:
             except OSError:
                 pass
     return out
+
+
+def test_a_failing_fork_server_is_that_samples_error_and_the_run_goes_on(sb, monkeypatch, tmp_path):
+    import json
+
+    from elfreg.eval.completions import Completion
+    from elfreg.eval.datasets import load_benchmark
+    from elfreg.eval.scoring import ScoreOptions, score_completions
+    from elfreg.sandbox.forkserver import Zygote, ZygoteError
+
+    bench = load_benchmark("humaneval")
+    p = bench.by_id["HumanEval/0"]
+    opts = ScoreOptions(workers=1, cache_dir=str(tmp_path / "cache"), allow_subset=True, progress=False, ks=(1,))
+    score_completions(bench, [Completion(p.task_id, 0, p.reference, 1, "solution")], None, opts, sb)  # warm cache
+    real, failures = Zygote.submit, [2]  # the next two submissions fail: a start and its one retry
+
+    def flaky(self, *args):
+        if failures[0]:
+            failures[0] -= 1
+            raise ZygoteError("the server stalled")
+        return real(self, *args)
+
+    monkeypatch.setattr(Zygote, "submit", flaky)
+    comps = [Completion(p.task_id, k, p.reference, k + 1, "solution") for k in range(2)]
+    summary = score_completions(bench, comps, tmp_path / "results.jsonl", opts, sb)
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [r["noalias"]["base"] for r in rows] == ["error", "pass"]
+    assert rows[0]["noalias"]["detail"] == ("the sandbox failed: the fork server failed twice: the server stalled")
+    assert summary["error_samples"] == 1
