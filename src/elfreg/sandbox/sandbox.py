@@ -157,17 +157,17 @@ def _inside(path: str, root: str) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def interpreter_paths(python: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(roots, import path)`` of the sandbox interpreter as it runs there (``python -I``): the installation
-    prefixes and executable directory to bind, and the ``sys.path`` entries it imports from (real paths)."""
+    """``(roots, import path)`` of the sandbox interpreter as it runs there (``python -I``): its installation
+    prefixes and executable's folder, which the sandbox binds (an import path entry outside them, e.g. from a
+    ``.pth`` file, is not bound), and the ``sys.path`` entries it imports from (real paths)."""
     code = "import json, sys; print(json.dumps([[sys.prefix, sys.exec_prefix, sys.base_prefix], sys.path]))"
     out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, timeout=60, check=True, env={})
     prefixes, path = json.loads(out.stdout)
-    roots = {os.path.realpath(p) for p in prefixes}
-    real_path = [os.path.realpath(p) for p in path if p]
-    for p in real_path + [os.path.dirname(os.path.realpath(python))]:
-        if os.path.exists(p) and not any(_inside(p, r) for r in roots):
-            roots.add(p)
-    return tuple(sorted(roots)), tuple(real_path)
+    roots = {os.path.realpath(p) for p in prefixes} - {"/"}  # an interpreter installed at / gets /usr only
+    exe_dir = os.path.dirname(os.path.realpath(python))
+    if not any(_inside(exe_dir, r) for r in roots):
+        roots.add(exe_dir)
+    return tuple(sorted(roots)), tuple(os.path.realpath(p) for p in path if p)
 
 
 def elfreg_paths(import_path: tuple[str, ...]) -> list[str]:
