@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from .inside.codec import encode_text
 from .oracle import SPECIAL_ORACLES, outputs_match
-from .records import RecordStream
+from .records import RecordStream, one_line
 from .sandbox import Sandbox
 
 
@@ -139,7 +139,7 @@ class OutputStream(RecordStream):
     def output(self, i: int, rec: dict | None, now: float) -> bool:
         """Output ``i`` arrived (``rec`` None: identical to the reference's); True ends the run."""
         if rec is not None and "error" in rec:
-            self.stopped = f"call {i} raised {rec['error']}"
+            self.stopped = f"call {i} raised {one_line(rec['error'], 100)}"
             return True
         return i + 1 == self.n
 
@@ -307,7 +307,7 @@ def run_io(sandbox: Sandbox, program: str, problem, dataset: str, tests: list[IO
     j = i - starts[bad]
     if stream.wrong is not None:
         err = stream.got[i].get("error")
-        verdict = CheckResult("fail", f"wrong output on input {j}" + (f" (it raised {err})" if err else ""))
+        verdict = CheckResult("fail", f"wrong output on input {j}" + (f" (it raised {one_line(err, 100)})" if err else ""))
     elif res.timed_out:
         verdict = CheckResult("timeout", f"no output for input {j} within its limit")
     elif stream.last.get("status") == "fail":

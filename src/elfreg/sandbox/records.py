@@ -139,5 +139,9 @@ class RecordStream:
         """The program's own failure report (``Error: message``), in one line."""
         last = self.last
         err, msg = last.get("error"), last.get("msg", "")
-        text = f"{err}: {msg}" if err and msg else err or msg or "failed"
-        return " ".join(text.split())[:300]
+        return one_line(f"{err}: {msg}" if err and msg else err or msg or "failed")
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """Program-supplied text fit for a verdict's detail: one line, at most ``limit`` characters."""
+    return " ".join(text.split())[:limit]
