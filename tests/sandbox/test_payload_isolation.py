@@ -3,7 +3,8 @@ expected values, not the outputs handed to the checker, not another sample's pro
 or freed), file descriptors, ``/proc``, environment, files, keyrings or IPC.
 
 Each benchmark is scored end to end (``score_completions``) on one task (two in the slow variants), once with a
-cold expected-output cache (the reference runs in the same run) and once warm, with 1 or 2 workers. Per task, in
+cold expected-output cache (the reference runs in the same run) and once warm, with 1 or 2 workers, through the
+fork server (the default as root) and, in two slow variants, a fresh interpreter per program (``bwrap``). Per task, in
 this order: a *sibling* (correct, leaves its program everywhere it can), a wrong program whose outputs carry a
 needle (they go to the checker on the original-test benchmarks), a *scraper* (answers correctly only if it found a
 needle: the task's reference, tests, checker input, or any sibling's program) and the *control* (plants its own
@@ -14,6 +15,8 @@ of the earlier design (the template read every payload) the scrapers pass: the t
 
 import copy
 import json
+import os
+import shutil
 
 import pytest
 
@@ -70,9 +73,9 @@ def _samples(bench, secrets) -> list[Completion]:
     return comps
 
 
-def _verdicts(bench, secrets, workers: int, cache, out) -> dict:
+def _verdicts(bench, secrets, workers: int, cache, out, isolation: str) -> dict:
     opts = ScoreOptions(workers=workers, cache_dir=str(cache), allow_subset=True, progress=False, time_rule=RULE)
-    with isolated_sandbox(memory_bytes=2 << 30) as sb:
+    with isolated_sandbox(memory_bytes=2 << 30, isolation=isolation) as sb:
         summary = score_completions(bench, _samples(bench, secrets), out / "results.jsonl", opts, sb)
     assert summary["isolated"] and summary["error_samples"] == 0, summary
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
@@ -87,15 +90,19 @@ def _slow(*args):
     return pytest.param(*args, marks=pytest.mark.slow)
 
 
-@pytest.mark.parametrize("name,workers,tasks", [
-    ("humaneval", 1, 1), ("humaneval_plus", 2, 1), ("mbpp", 2, 1), ("mbpp_plus", 1, 1),
-    _slow("humaneval", 2, 2), _slow("humaneval_plus", 1, 2), _slow("mbpp", 1, 2), _slow("mbpp_plus", 2, 2),
+@pytest.mark.parametrize("name,workers,tasks,isolation", [
+    ("humaneval", 1, 1, "auto"), ("humaneval_plus", 2, 1, "auto"), ("mbpp", 2, 1, "auto"), ("mbpp_plus", 1, 1, "auto"),
+    _slow("humaneval", 2, 2, "auto"), _slow("humaneval_plus", 1, 2, "auto"), _slow("mbpp", 1, 2, "auto"),
+    _slow("mbpp_plus", 2, 2, "auto"),
+    _slow("humaneval", 1, 1, "bwrap"), _slow("mbpp_plus", 2, 1, "bwrap"),  # a fresh interpreter per program
 ])
-def test_no_program_reads_an_answer_key_or_a_sibling(name, workers, tasks, tmp_path):
+def test_no_program_reads_an_answer_key_or_a_sibling(name, workers, tasks, isolation, tmp_path):
+    if isolation == "bwrap" and shutil.which(os.environ.get("ELFREG_BWRAP", "bwrap")) is None:
+        pytest.skip("bwrap not installed: the fresh-interpreter bwrap path cannot run here")
     bench, secrets = _planted(name, tasks)
     cache = tmp_path / "cache"
     for run in ("cold", "warm"):  # cold: the references run in this very run; warm: only the checker does
-        got = _verdicts(bench, secrets, workers, cache, tmp_path / run)
+        got = _verdicts(bench, secrets, workers, cache, tmp_path / run, isolation)
         for p in bench.problems:
             verdict = {role: got[(p.task_id, role)] for role in ROLES}
             assert _passed(verdict["sibling"]), (run, verdict)  # it is correct (and it tried to leak)
