@@ -184,3 +184,14 @@ def test_config_validation_names_the_field():
         SandboxConfig(isolation="docker")
     with pytest.raises(ValueError, match="nproc"):
         SandboxConfig(nproc=-1)
+
+
+def test_keyrings_are_refused(sb):
+    # The per-uid keyring outlives every process of the uid: one program could leave its code there for the next.
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip(f"no keyring syscall numbers known for {os.uname().machine}")
+    prog = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+            "nr = {'x86_64': 248, 'aarch64': 217}[__import__('os').uname().machine]\n"
+            "r = libc.syscall(nr, b'user', b'k', b'v', 1, ctypes.c_int(-4))\nerr = ctypes.get_errno()")
+    r = verdict(sb, prog, "assert r == -1 and err == 1, (r, err)")
+    assert r.passed, r.detail

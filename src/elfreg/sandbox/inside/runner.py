@@ -36,38 +36,55 @@ if "encode_output" not in globals():  # imported as a module (tests, linters); i
 _KEYRING_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
 
 
-def deny_keyrings():  # pragma: no cover - runs in the sandbox (tests/sandbox/test_payload_isolation.py)
-    """Forbid new privileges and make add_key/request_key/keyctl fail with EPERM in this process and its children.
+_FILTER = []  # (libc, the compiled filter or None), built once per process (the fork server builds it at start)
 
-    Returns False on a machine whose syscall numbers are not in the table (nothing installed)."""
+
+def keyring_filter():
+    """``(libc, sock_fprog or None)``: the seccomp program that refuses the keyring calls on this machine."""
+    if _FILTER:
+        return _FILTER[0]
     import ctypes
     import os
 
-    arch = _KEYRING_SYSCALLS.get(os.uname().machine)
     libc = ctypes.CDLL(None, use_errno=True)
+    arch = _KEYRING_SYSCALLS.get(os.uname().machine)
+    fprog = None
+    if arch is not None:
+        audit_arch, numbers = arch
+        ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+        allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050001  # SECCOMP_RET_ALLOW, KILL_PROCESS, ERRNO|EPERM
+        prog = [(ld, 0, 0, 4), (jeq, 1, 0, audit_arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+        if audit_arch == 0xC000003E:  # x32 calls carry bit 30: refuse them all rather than list them
+            prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
+        for nr in numbers:
+            prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+        prog.append((ret, 0, 0, allow))
+
+        class Filter(ctypes.Structure):
+            _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                        ("k", ctypes.c_uint)]
+
+        class Prog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+
+        filters = (Filter * len(prog))(*[Filter(*f) for f in prog])
+        fprog = (Prog(len(prog), filters), filters)  # keep the array alive with the program
+    _FILTER.append((libc, fprog))
+    return _FILTER[0]
+
+
+def deny_keyrings():  # pragma: no cover - runs in the sandbox (tests/sandbox/test_payload_isolation.py)
+    """Forbid new privileges and make add_key/request_key/keyctl fail with EPERM in this process and its children.
+
+    Returns False on a machine whose syscall numbers are not in the table (only "no new privileges" is set)."""
+    import ctypes
+
+    libc, fprog = keyring_filter()
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
-    if arch is None:
+    if fprog is None:
         return False
-    audit_arch, numbers = arch
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
-    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050001  # SECCOMP_RET_ALLOW, KILL_PROCESS, ERRNO|EPERM
-    prog = [(ld, 0, 0, 4), (jeq, 1, 0, audit_arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
-    if audit_arch == 0xC000003E:  # x32 calls carry bit 30: refuse them all rather than list them
-        prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
-    for nr in numbers:
-        prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
-    prog.append((ret, 0, 0, allow))
-
-    class Filter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
-
-    class Prog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
-
-    filters = (Filter * len(prog))(*[Filter(*f) for f in prog])
-    fprog = Prog(len(prog), filters)
-    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    if libc.prctl(22, 2, ctypes.byref(fprog[0]), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
     return True
 

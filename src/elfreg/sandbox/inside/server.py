@@ -33,7 +33,7 @@ import sys
 import time
 
 if "run_payload" not in globals():  # imported as a module (tests, linters); in the sandbox it is defined above
-    from elfreg.sandbox.inside.runner import run_payload
+    from elfreg.sandbox.inside.runner import keyring_filter, run_payload
 
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
@@ -177,6 +177,7 @@ def serve(ctrl_fd, workdir_bytes):  # pragma: no cover - exercised through the s
                 __import__(name)
             except ImportError:
                 pass
+        keyring_filter()  # built once here, inherited by every child
         gc.collect()
         gc.freeze()  # keep the collector from touching (and so copying) the server's pages in every child
     except BaseException as e:  # noqa: BLE001
