@@ -184,3 +184,15 @@ def test_a_failing_fork_server_is_that_samples_error_and_the_run_goes_on(sb, mon
     assert [r["noalias"]["base"] for r in rows] == ["error", "pass"]
     assert rows[0]["noalias"]["detail"] == ("the sandbox failed: the fork server failed twice: the server stalled")
     assert summary["error_samples"] == 1
+
+
+def test_a_harness_failure_mid_run_leaves_the_server_in_step(sb):
+    from elfreg.sandbox.records import RecordStream
+
+    class Broken(RecordStream):
+        def feed(self, line, now):
+            raise RuntimeError("a bug in the harness")
+
+    with pytest.raises(RuntimeError):
+        sb.run({"mode": "asserts", "program": "x = 1", "tests": "pass"}, 5.0, Broken(""))
+    assert ok(sb, "x = 1", "assert x == 1").passed  # the next program runs normally on the same server

@@ -428,16 +428,19 @@ class Sandbox:
                     break
             finally:
                 os.close(mem)
-            res = self._collect(r_fd, t0, deadline_s, stream)
             try:
-                reply = z.finish()
-                res.returncode = reply["rc"]
-                if not reply["clean"]:
-                    log.warning("sandbox: a process of uid %d survived its run; restarting the fork server", uid)
+                res = self._collect(r_fd, t0, deadline_s, stream)
+            finally:  # the server waits for this end of the run, whatever happened here
+                try:
+                    reply = z.finish()
+                    if not reply["clean"]:
+                        log.warning("sandbox: a process of uid %d survived its run; restarting the fork server", uid)
+                        self._drop_zygote(slot)
+                except ZygoteError as e:
+                    log.warning("sandbox: fork server failed (%s); restarting it", e)
+                    reply = {"rc": None}
                     self._drop_zygote(slot)
-            except ZygoteError as e:
-                log.warning("sandbox: fork server failed (%s); restarting it", e)
-                self._drop_zygote(slot)
+            res.returncode = reply["rc"]
             res.wall_s = time.monotonic() - t0
             return res
         finally:
