@@ -12,7 +12,7 @@ from elfreg.eval.datasets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 from elfreg.sandbox.codecheck import TimeRule
 
-from ._isolation import isolated_sandbox
+from ._isolation import any_sandbox
 
 TASK = {"humaneval": "HumanEval/0", "humaneval_plus": "HumanEval/0", "mbpp": "Mbpp/11", "mbpp_plus": "Mbpp/2"}
 RULE = TimeRule(min_time_s=1.0, factor=4.0, sample_cap_s=6.0)
@@ -46,7 +46,7 @@ def test_a_clock_patching_slow_program_times_out(name, tmp_path):
              Completion(p.task_id, 1, _slow(p, 0.0), 2, "solution")]
     opts = ScoreOptions(workers=1, cache_dir=str(tmp_path / "cache"), allow_subset=True, progress=False,
                         time_rule=RULE, ks=(1,))
-    with isolated_sandbox(memory_bytes=1 << 30) as sb:
+    with any_sandbox(memory_bytes=1 << 30) as sb:
         score_completions(bench, comps, tmp_path / "results.jsonl", opts, sb)
     rows = {r["sample"]: r["noalias"] for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
     assert rows[0]["base"] == "timeout", rows[0]

@@ -13,7 +13,7 @@ from elfreg.eval.scoring import ScoreOptions, score_completions
 from elfreg.sandbox.codecheck import TimeRule
 from elfreg.sandbox.records import MAX_RECORD_BYTES, RecordError, RecordStream, parse_record
 
-from ._isolation import isolated_sandbox
+from ._isolation import any_sandbox
 
 GOOD = [b'{"i":0,"v":"[1,2]"}', b'{"i":3,"sha":"' + b"a" * 64 + b'","n":5}', b'{"i":1,"error":"ValueError"}',
         b'{"status":"ready"}', b'{"status":"done","token":"abc"}', b'{"status":"fail","error":"E","msg":"m"}',
@@ -128,7 +128,7 @@ def test_hostile_records_are_that_samples_error_and_the_run_goes_on(name, tmp_pa
     opts = ScoreOptions(workers=2, cache_dir=str(tmp_path / "cache"), allow_subset=True, progress=False,
                         time_rule=TimeRule(min_time_s=5.0, sample_cap_s=20.0), ks=(1,))
     out = tmp_path / "out" / "results.jsonl"
-    with isolated_sandbox(memory_bytes=1 << 30, max_result_bytes=64 << 20) as sb:
+    with any_sandbox(memory_bytes=1 << 30, max_result_bytes=64 << 20) as sb:
         summary = score_completions(bench, comps, out, opts, sb)
         rows = {r["sample"]: r for r in map(json.loads, out.read_text().splitlines())}
         assert len(rows) == len(comps)
