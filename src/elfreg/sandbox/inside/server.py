@@ -118,8 +118,8 @@ def _child(libc, ctrl, uid, result_fd, payload_fd, workdir_bytes):  # pragma: no
         run_payload(payload)
     except BaseException as e:  # noqa: BLE001 - report the setup error (unauthenticated: it can never pass)
         try:
-            os.write(_RESULT_FD, (json.dumps({"status": "fail", "error": "SandboxSetupError",
-                                              "msg": f"{type(e).__name__}: {e}"[:300]}) + "\n").encode())
+            os.write(_RESULT_FD, (json.dumps({"status": "fail",
+                                              "msg": f"the sandbox could not set up this run: {e}"[:300]}) + "\n").encode())
         except BaseException:  # noqa: BLE001
             pass
     os._exit(70)
