@@ -127,8 +127,13 @@ def test_an_unisolated_run_writes_nothing_an_isolated_run_trusts(tmp_path, monke
     assert summary["isolated"] and summary["metrics"]["noalias"]["base"]["pass@1"] == 0.0
 
 
-def test_keys_are_private(tmp_path):
+def test_keys_are_private(tmp_path, caplog):
+    bench = load_benchmark("humaneval")
     with isolated_sandbox(memory_bytes=1 << 30) as sb:
-        exp = ExpectedOutputs(load_benchmark("humaneval"), sb, tmp_path).load_or_compute(progress=False,
-                                                                                        only={"HumanEval/0"})
+        exp = ExpectedOutputs(bench, sb, tmp_path).load_or_compute(progress=False, only={"HumanEval/0"})
+        assert os.stat(exp.key_path).st_mode & 0o077 == 0
+        os.chmod(exp.key_path, 0o644)  # a key others could read signs nothing
+        with caplog.at_level(logging.WARNING):
+            ExpectedOutputs(bench, sb, tmp_path).load_or_compute(progress=False, only={"HumanEval/0"})
+    assert "not private" in caplog.text and "integrity" in caplog.text
     assert os.stat(exp.key_path).st_mode & 0o077 == 0

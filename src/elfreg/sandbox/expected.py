@@ -46,9 +46,14 @@ def revoke_isolated_key(cache_dir: str | Path | None = None) -> None:
 
 
 def _load_key(path: Path) -> bytes:
-    """The MAC key at ``path``, created (mode 0600, atomically) when missing."""
+    """The MAC key at ``path``, created (mode 0600, atomically) when missing; replaced (with a warning) when it is
+    not a key, not ours, or readable by others: every row it signed is then recomputed."""
     try:
-        return bytes.fromhex(path.read_text().strip())
+        st = os.lstat(path)
+        if st.st_uid == os.getuid() and not st.st_mode & 0o077 and os.path.isfile(path) and not path.is_symlink():
+            return bytes.fromhex(path.read_text().strip())
+        log.warning("%s: not private to this user; replacing it (every row it signed is recomputed)", path)
+        path.unlink()
     except FileNotFoundError:
         pass
     except ValueError:
