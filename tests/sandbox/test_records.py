@@ -144,3 +144,14 @@ def test_hostile_records_are_that_samples_error_and_the_run_goes_on(name, tmp_pa
         again = score_completions(bench, comps, out, opts, sb)  # a resume: nothing redone, the same summary
     assert len(out.read_text().splitlines()) == len(comps)
     assert again["metrics"] == summary["metrics"] and again["error_samples"] == len(HOSTILE)
+
+
+def test_the_runner_writes_outputs_in_the_layout_the_harness_compares_byte_for_byte():
+    from elfreg.sandbox.codecheck import tail
+    from elfreg.sandbox.inside.codec import encode_output
+    from elfreg.sandbox.inside.runner import output_line
+
+    for value in (None, 1.5, "é\"\n", [1, (2, {3})], list(range(1 << 17))):
+        line = output_line(7, value)
+        assert line == b'{"i":7,' + tail(encode_output(value)) + b"\n"
+        assert parse_record(line[:-1])["i"] == 7
