@@ -20,9 +20,10 @@ import sys
 from array import array
 from itertools import compress
 
-# An output is sent as its text when that is at most DIGEST_THRESHOLD characters and holds no flat sequence of at
-# least BLOB_MIN numbers; otherwise as the sha256 of its digest form (exact match only): the text with every flat
-# sequence of numbers written as binary doubles (:func:`_numbers_blob`), which is far cheaper than their decimals.
+# An output is sent as its text when that is at most DIGEST_THRESHOLD characters and holds no list or tuple (outside
+# dicts and sets, which encode their parts as text) of at least BLOB_MIN numbers; otherwise as the sha256 of its
+# digest form (exact match only): the text with such sequences written as binary doubles (:func:`_numbers_blob`),
+# which is far cheaper than their decimals.
 DIGEST_THRESHOLD = 1 << 20
 BLOB_MIN = 1 << 16
 _BLOB_SMALLEST = 16  # the digest form writes shorter number sequences as text
