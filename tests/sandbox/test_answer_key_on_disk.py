@@ -1,9 +1,13 @@
 """No answer key on disk (issue 19): however elfreg is installed, nothing of its package data (the benchmarks) or its
 caches is visible inside the sandbox, searched from inside it.
 
-The sandbox binds the interpreter's installation read-only. Here that interpreter is one whose own site-packages
-holds an installed copy of elfreg (package, benchmark data, dist-info), plus an elfreg cache inside the same
-tree: a program walks every folder it can see and lists whatever looks like elfreg or a benchmark file. A marker
+The sandbox binds the interpreter's installation read-only: every prefix the interpreter reports (``sys.prefix``,
+``sys.exec_prefix``, ``sys.base_prefix``), asked of the interpreter itself and treated alike. Here that interpreter
+is one whose own prefix holds an installed copy of elfreg in its site-packages (package, benchmark data, dist-info),
+plus an elfreg cache inside the same tree — the situation of elfreg installed into the base interpreter the
+sandbox runs. (The prefix is a venv of the base interpreter: a second base installation cannot be built portably
+in a test, e.g. this one's ``python`` finds ``libpython`` through an absolute RUNPATH.) A program walks every
+folder it can see and lists whatever looks like elfreg or a benchmark file. A marker
 beside the elfreg copy shows the site-packages folder itself is visible. (Hidden folders stay as empty, read-only
 mount points, so their names remain; the search counts the files it can read.) Without the hiding, the search finds
 the package's files: the test was checked against that."""
