@@ -9,7 +9,7 @@ import pytest
 
 from elfreg.sandbox.inside.codec import encode_text
 from elfreg.eval.benchmark import Problem
-from elfreg.sandbox.codecheck import IOTests, TimeRule, run_asserts, run_io
+from elfreg.sandbox.codecheck import IOTests, TimeRule, encode_inputs, run_asserts, run_io
 from elfreg.sandbox.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
 
 LIMIT = 3.0
@@ -154,7 +154,9 @@ def test_killing_its_parent_does_not_hurt_the_harness(sb):
 
 def test_io_mode_compares_in_the_harness(sb):
     p = Problem("t/0", "", "", entry_point="f")
-    tests = [IOTests.build("base", [[0], [1], [2]], [{"v": encode_text(x + 1), "t": 0.001} for x in range(3)], "f")]
+    inputs = [[0], [1], [2]]
+    tests = [IOTests.build("base", inputs, encode_inputs(inputs), [{"v": encode_text(x + 1), "t": 0.001} for x in range(3)],
+                           "f")]
     rule = TimeRule(min_time_s=1.0)
 
     def io(program):

@@ -253,10 +253,16 @@ class IOTests:
     tails: list  # per input the identical output's record tail (:func:`tail`), or None where the oracle decides
 
     @classmethod
-    def build(cls, name: str, inputs: list, expected: list, entry_point: str) -> "IOTests":
+    def build(cls, name: str, inputs: list, inputs_text: str, expected: list, entry_point: str) -> "IOTests":
+        """``inputs_text``: :func:`encode_inputs` of ``inputs`` (cached with the expected outputs)."""
         special = entry_point in SPECIAL_ORACLES
         tails = [None if special or _needs_oracle(e) else tail(e) for e in expected]
-        return cls(name, inputs, encode_text([list(a) for a in inputs])[1:-1], expected, tails)
+        return cls(name, inputs, inputs_text[1:-1], expected, tails)
+
+
+def encode_inputs(inputs: list) -> str:
+    """A test set's argument lists as payload text."""
+    return encode_text([list(a) for a in inputs])
 
 
 def _needs_oracle(exp: dict) -> bool:

@@ -25,8 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .codecheck import IOTests, OutputStream, ReplaySpec, encode_calls, tail
-from .inside.codec import encode_text
+from .codecheck import IOTests, OutputStream, ReplaySpec, encode_calls, encode_inputs, tail
 from .sandbox import Sandbox, default_cache_root
 
 log = logging.getLogger(__name__)
@@ -90,7 +89,8 @@ class ExpectedOutputs:
     """Reference outputs and times of a benchmark, computed by running the canonical solutions in the sandbox.
 
     :attr:`table` maps task_id to a cached row: ``{"base": [...], "plus": [...]}`` for differential tests (per input
-    ``{"v"|"sha"+"n", "t"}``), ``{"calls", "outputs", "ref_time", "check_time"}`` for original tests."""
+    ``{"v"|"sha"+"n", "t"}``; with ``base_inputs``/``plus_inputs``, the inputs' payload text), ``{"calls",
+    "outputs", "ref_time", "check_time"}`` for original tests."""
 
     def __init__(self, benchmark, sandbox: Sandbox, cache_dir: str | Path | None = None, workers: int = 2) -> None:
         self.benchmark, self.sandbox, self.workers = benchmark, sandbox, workers
@@ -175,7 +175,7 @@ class ExpectedOutputs:
         if got is None:
             row = self.table[p.task_id]
             inputs = {"base": p.base_inputs or [], "plus": p.plus_inputs or []}
-            got = [IOTests.build(s, inputs[s], row[s], p.entry_point or "") for s in splits]
+            got = [IOTests.build(s, inputs[s], row[f"{s}_inputs"], row[s], p.entry_point or "") for s in splits]
             with self._lock:
                 self._prepared[key] = got
         return got
@@ -187,7 +187,9 @@ class ExpectedOutputs:
             row.update(self._record(p))
         for split, inputs in (("base", p.base_inputs), ("plus", p.plus_inputs)):
             if inputs is not None:
-                row[split] = self._reference_outputs(p, inputs) if inputs else []
+                # the inputs' payload text is kept too: encoding them again for every run costs seconds
+                row[f"{split}_inputs"] = text = encode_inputs(inputs)
+                row[split] = self._reference_outputs(p, text, len(inputs)) if inputs else []
         return row
 
     def _record(self, p) -> dict:
@@ -212,15 +214,14 @@ class ExpectedOutputs:
             raise RuntimeError(f"{fail}: the replayed tests fail on its own outputs: {chk.stream.failure()}")
         return {"calls": calls, "outputs": stream.got, "ref_time": out.wall_s, "check_time": time.monotonic() - t0}
 
-    def _reference_outputs(self, p, inputs: list) -> list:
+    def _reference_outputs(self, p, inputs_text: str, n: int) -> list:
         """The reference's output per input, and its time on the harness's clock (from the previous record)."""
-        stream = _ReferenceStream(len(inputs))
-        payload = {"mode": "io", "program": p.reference, "entry_point": p.entry_point,
-                   "inputs": encode_text([list(a) for a in inputs])}
+        stream = _ReferenceStream(n)
+        payload = {"mode": "io", "program": p.reference, "entry_point": p.entry_point, "inputs": inputs_text}
         self.sandbox.run(payload, deadline_s=1800.0, stream=stream)
-        if len(stream.got) != len(inputs) or stream.violation or stream.stopped:
+        if len(stream.got) != n or stream.violation or stream.stopped:
             raise RuntimeError(f"{self.benchmark.name} {p.task_id}: reference solution failed on an input "
-                               f"({len(stream.got)}/{len(inputs)} ran; "
+                               f"({len(stream.got)}/{n} ran; "
                                f"{stream.violation or stream.stopped or stream.failure()})")
         return [dict(g, t=t) for g, t in zip(stream.got, stream.times)]
 
