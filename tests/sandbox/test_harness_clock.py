@@ -51,3 +51,29 @@ def test_a_clock_patching_slow_program_times_out(name, tmp_path):
     rows = {r["sample"]: r["noalias"] for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
     assert rows[0]["base"] == "timeout", rows[0]
     assert rows[1]["base"] == "pass" and rows[1].get("plus", "pass") == "pass", rows[1]
+
+
+TRICKLE = """
+import os, time
+def {ep}(*args, **kwargs):
+    while True:  # a record that never ends, one byte at a time: the result pipe is never quiet for long
+        for fd in range(3, 64):
+            try:
+                os.write(fd, b"{{")
+            except OSError:
+                pass
+        time.sleep(0.05)
+    return None  # (the sanitizer keeps functions with a return)
+"""
+
+
+def test_a_trickle_of_bytes_does_not_hold_the_clock(tmp_path):
+    bench = load_benchmark("humaneval_plus")
+    p = bench.by_id["HumanEval/0"]
+    opts = ScoreOptions(workers=1, cache_dir=str(tmp_path / "cache"), allow_subset=True, progress=False,
+                        time_rule=RULE, ks=(1,))
+    program = p.extra["preamble"] + TRICKLE.format(ep=p.entry_point)
+    with any_sandbox(memory_bytes=1 << 30) as sb:
+        score_completions(bench, [Completion(p.task_id, 0, program, 1, "solution")], tmp_path / "r.jsonl", opts, sb)
+    row = json.loads((tmp_path / "r.jsonl").read_text())["noalias"]
+    assert row["base"] == "timeout", row

@@ -499,36 +499,38 @@ class Sandbox:
         """Feed result lines to ``stream`` (closing the pipe) until it stops, EOF, overflow or a deadline: the run's
         ``deadline_s`` or the stream's own (:meth:`RecordStream.due`), both on the harness's clock."""
         res = RunResult(stream)
+
+        def next_due() -> float:
+            due = stream.due()
+            return t0 + deadline_s if due is None else min(t0 + deadline_s, due)
+
         try:
             buf, total = b"", 0
-            final = t0 + deadline_s
             while True:
-                due = stream.due()
-                next_due = final if due is None else min(final, due)
-                now = time.monotonic()
-                if now >= next_due:
+                # What arrived before a deadline is read before the deadline is judged, however late we look.
+                ready, _, _ = select.select([r_fd], [], [], max(0.0, next_due() - time.monotonic()))
+                if ready:
+                    chunk = os.read(r_fd, 1 << 20)
+                    if not chunk:
+                        break
+                    total += len(chunk)
+                    if total > self.config.max_result_bytes:
+                        res.overflow = True
+                        stream.violate(f"the program wrote more than {self.config.max_result_bytes:,} bytes of "
+                                       "results")
+                        break
+                    buf += chunk
+                    now = time.monotonic()
+                    lines = buf.split(b"\n")
+                    buf = lines.pop()
+                    if any(stream.feed(line, now) for line in lines):
+                        break
+                    if len(buf) > MAX_RECORD_BYTES:
+                        stream.violate(f"result record {len(stream.records) + 1} is malformed: it is longer than "
+                                       f"{MAX_RECORD_BYTES:,} bytes")
+                        break
+                if time.monotonic() >= next_due():  # also when bytes keep coming but no record completes
                     res.timed_out = True
-                    break
-                ready, _, _ = select.select([r_fd], [], [], next_due - now)
-                if not ready:
-                    continue
-                chunk = os.read(r_fd, 1 << 20)
-                if not chunk:
-                    break
-                total += len(chunk)
-                if total > self.config.max_result_bytes:
-                    res.overflow = True
-                    stream.violate(f"the program wrote more than {self.config.max_result_bytes:,} bytes of results")
-                    break
-                buf += chunk
-                now = time.monotonic()
-                lines = buf.split(b"\n")
-                buf = lines.pop()
-                if any(stream.feed(line, now) for line in lines):
-                    break
-                if len(buf) > MAX_RECORD_BYTES:
-                    stream.violate(f"result record {len(stream.records) + 1} is malformed: it is longer than "
-                                   f"{MAX_RECORD_BYTES:,} bytes")
                     break
         finally:
             os.close(r_fd)
