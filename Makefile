@@ -1,13 +1,14 @@
 # Quick start: `make demo` (set up + run the main job), `make test` (set up + run the tests).
 # TORCH_SPEC picks the torch build: the default is the CPU build this project is tested with; on a GPU machine
-# run e.g. `make setup TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cu128"`.
+# run `make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130"` (CUDA 13.0,
+# NVIDIA driver >= 580; cu128 for drivers >= 570), then `make gpu-check` (docs/performance.md).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast demo bench clean bubblewrap
+.PHONY: setup test test-fast demo bench gpu-check clean bubblewrap
 
 setup: $(VENV)/.installed bubblewrap
 
@@ -45,6 +46,13 @@ demo: setup
 bench: setup
 	$(BIN)/python -m pip install -q -e ".[bench]"
 	for f in benchmarks/bench_*.py; do $(BIN)/python $$f || exit 1; done
+
+# The CUDA checks and measurements at the paper's shapes in one command (<= 8 minutes on one H200): writes
+# gpu_check.json and gpu_check.md into GPU_CHECK_OUT. No setup dependency and no network: it runs with .venv when
+# `make setup TORCH_SPEC=...` made one, else with python3 (an image that already holds a CUDA torch + transformers).
+GPU_CHECK_OUT ?= .
+gpu-check:
+	PYTHONPATH=src $(if $(wildcard $(BIN)/python),$(BIN)/python,python3) benchmarks/gpu_check.py --out $(GPU_CHECK_OUT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache demo_out

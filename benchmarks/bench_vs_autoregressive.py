@@ -43,6 +43,46 @@ def matched_depth(cfg: BenchConfig, student_body: int) -> int:
     return max(1, round((student_body - base) / per_layer))
 
 
+def measure_batch(student, ar, cfg: BenchConfig, batch: int, nfes: list[int], prompt_len: int, repeats: int,
+                  device: str, bf16: bool) -> dict:
+    """Seconds per batch of AR generate and of early-stop sampling at each N (fastest of interleaved repeats).
+
+    Returns {"ar_s": s, "diffusion_s": {N: s}, "new_tokens": response tokens per sample}.
+    """
+    new_tokens = cfg.max_len - prompt_len
+    x, mask = inputs(cfg, batch, prompt_len, device)
+    keys = [(i, 0) for i in range(batch)]
+    ids = torch.randint(2, cfg.vocab_size, (batch, prompt_len), generator=torch.Generator().manual_seed(0)).to(device)
+
+    def run_ar(n: int = new_tokens) -> None:
+        with torch.inference_mode(), autocast(device, bf16):
+            out = ar.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                              do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None)
+        assert out.shape[1] == prompt_len + n
+
+    run_ar(min(8, new_tokens))  # warm-up: the same kernels, a fraction of the tokens
+    with autocast(device, bf16):  # warm-up of the diffusion side
+        sample(student, x, mask, SamplerConfig(sampler="early-stop", nfe=2, rho=8), keys)
+    diff: dict[int, list[float]] = {n: [] for n in nfes}
+    ar_times: list[float] = []
+    for _ in range(repeats):
+        ar_times.append(seconds(run_ar))
+        for n in nfes:
+            scfg = SamplerConfig(sampler="early-stop", nfe=n, rho=8)
+            with autocast(device, bf16):
+                diff[n].append(seconds(lambda: sample(student, x, mask, scfg, keys)))
+    return {"ar_s": min(ar_times), "diffusion_s": {n: min(v) for n, v in diff.items()}, "new_tokens": new_tokens}
+
+
+def crossover(nfes: list[int], times: list[float], t_ar: float) -> tuple[float, float, float]:
+    """(a, b, N*): least-squares line a + b N through the diffusion times and the N where it meets the AR time."""
+    ns = torch.tensor(nfes, dtype=torch.float64)
+    ts = torch.tensor(times, dtype=torch.float64)
+    a_mat = torch.stack([torch.ones_like(ns), ns], dim=1)
+    a, b = torch.linalg.lstsq(a_mat, ts[:, None]).solution.flatten().tolist()
+    return a, b, (t_ar - a) / b if b > 0 else float("inf")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nfe", type=int, nargs="+", default=[8, 16, 32, 64])
@@ -70,37 +110,14 @@ def main() -> None:
           f"torch threads {args.threads}, "
           f"min of {args.repeats} interleaved repeats")
     for batch in args.batch:
-        x, mask = inputs(cfg, batch, args.prompt_len, args.device)
-        keys = [(i, 0) for i in range(batch)]
-        ids = torch.randint(2, cfg.vocab_size, (batch, args.prompt_len),
-                            generator=torch.Generator().manual_seed(0)).to(args.device)
-
-        def run_ar() -> None:
-            with torch.inference_mode(), autocast(args.device, args.bf16):
-                out = ar.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                                  min_new_tokens=new_tokens, do_sample=False, use_cache=True,
-                                  pad_token_id=0, eos_token_id=None)
-            assert out.shape[1] == args.prompt_len + new_tokens
-
-        run_ar()  # warm-up
-        diff: dict[int, list[float]] = {n: [] for n in args.nfe}
-        ar_times: list[float] = []
-        for _ in range(args.repeats):
-            ar_times.append(seconds(run_ar))
-            for n in args.nfe:
-                scfg = SamplerConfig(sampler="early-stop", nfe=n, rho=8)
-                with autocast(args.device, args.bf16):
-                    diff[n].append(seconds(lambda: sample(student, x, mask, scfg, keys)))
-        t_ar = min(ar_times)
+        res = measure_batch(student, ar, cfg, batch, args.nfe, args.prompt_len, args.repeats, args.device, args.bf16)
+        t_ar = res["ar_s"]
         print(f"\nbatch {batch}: AR generate {t_ar:.3f} s/batch ({batch * new_tokens / t_ar:.0f} tok/s)")
         print(f"{'N':>4} {'diffusion s':>12} {'tok/s':>8} {'diffusion/AR':>13}")
-        ns = torch.tensor(args.nfe, dtype=torch.float64)
-        ts = torch.tensor([min(diff[n]) for n in args.nfe], dtype=torch.float64)
-        for n, t in zip(args.nfe, ts.tolist()):
+        ts = [res["diffusion_s"][n] for n in args.nfe]
+        for n, t in zip(args.nfe, ts):
             print(f"{n:>4} {t:>12.3f} {batch * new_tokens / t:>8.0f} {t / t_ar:>12.2f}x")
-        a_mat = torch.stack([torch.ones_like(ns), ns], dim=1)
-        a, b = torch.linalg.lstsq(a_mat, ts[:, None]).solution.flatten().tolist()
-        cross = (t_ar - a) / b if b > 0 else float("inf")
+        a, b, cross = crossover(args.nfe, ts, t_ar)
         where = (f"crosses the AR time at N ~ {cross:.1f} (diffusion faster below it)" if cross >= 2 else
                  f"no crossover: slower than AR at every N >= 2 (the line meets it at N ~ {cross:.1f})")
         print(f"diffusion time ~ {a:.4f} + {b:.5f} N s; {where}")

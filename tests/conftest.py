@@ -3,6 +3,18 @@ import pytest
 from helpers import make_tiny_qwen3
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` skip, with the reason, where torch sees no CUDA device."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (GPU-marked; benchmarks/gpu_check.py runs these on a GPU)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def tiny_lm_dir(tmp_path_factory):
     """A tiny Qwen3 (6 blocks, width 32) and its word tokenizer, saved once per session."""

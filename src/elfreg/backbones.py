@@ -53,10 +53,11 @@ def _local_gguf(name_or_path: str, gguf_file: str | None) -> Path | None:
 
 
 def load_tokenizer(name_or_path: str, gguf_file: str | None = None, revision: str | None = None,
-                   cache: bool = True, cache_dir: str | Path | None = None):
+                   cache: bool = True, cache_dir: str | Path | None = None, local_files_only: bool = False):
     """The tokenizer of a backbone (hub id or local folder, optionally a GGUF file inside it).
 
     A local GGUF's tokenizer is converted once into the backbone cache (``elfreg.backbone_cache``) and read from it.
+    ``local_files_only``: a hub id is read from the local Hugging Face cache only (no network, no retries).
     """
     from transformers import AutoTokenizer
 
@@ -74,7 +75,7 @@ def load_tokenizer(name_or_path: str, gguf_file: str | None = None, revision: st
         folder, _ = get_or_build(cache_root(cache_dir), f"{digest[:32]}-tokenizer", digest, build)
         return AutoTokenizer.from_pretrained(folder)
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
-    return AutoTokenizer.from_pretrained(name_or_path, revision=revision, **kwargs)
+    return AutoTokenizer.from_pretrained(name_or_path, revision=revision, local_files_only=local_files_only, **kwargs)
 
 
 _GGUF_HASHES: dict[tuple, str] = {}

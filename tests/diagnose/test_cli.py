@@ -127,3 +127,21 @@ def test_bad_input_fails_before_loading(tmp_path, prompts_file, capsys):
         assert cmd_diagnose(_parse("--model", "m", "--out", str(tmp_path / "o"), *extra), load=load) == 2
         assert match in capsys.readouterr().err
     assert calls == [] and not (tmp_path / "o").exists()
+
+
+def test_models_in_folders_of_one_name_are_labelled_by_their_paths(tmp_path, tiny_lm_dir, prompts_file):
+    from elfreg.diagnose.cli import model_labels
+
+    assert model_labels(["runs/ELF/seed-0/model", "runs/ELF-REG/seed-0/model"]) == [
+        "ELF/seed-0/model", "ELF-REG/seed-0/model"]
+    assert model_labels(["a/elf", "b/elf-reg"]) == ["elf", "elf-reg"]  # distinct folder names stay short
+    assert model_labels(["x/seed-0/model", "x/seed-1/model"]) == ["seed-0/model", "seed-1/model"]
+    assert model_labels(["m", "m"]) == ["m (1)", "m (2)"]  # the same model twice
+    elf = _save(tmp_path / "ELF" / "seed-0", tiny_lm_dir, "model", "none")
+    reg = _save(tmp_path / "ELF-REG" / "seed-0", tiny_lm_dir, "model", "reg")
+    out = tmp_path / "diag"
+    args = _parse("--model", str(elf), "--model2", str(reg), "--label2", "mine", "--prompts", str(prompts_file),
+                  "--out", str(out), "--steps", "4", "--readouts", "2", "--early-nfe", "2", "--accel-steps", "0",
+                  "--task", "first-word", "--device", "cpu", "--no-progress")
+    assert cmd_diagnose(args, task_lookup=lambda n: FIRST_WORD if n == "first-word" else None) == 0
+    assert set(json.loads((out / "diagnostics.json").read_text())["models"]) == {"ELF/seed-0/model", "mine"}

@@ -1,3 +1,5 @@
+import pytest
+
 from elfreg.eval.answers import extract_choice, extract_gsm8k, normalize_number, numbers_equal
 
 
@@ -25,8 +27,34 @@ def test_numbers_compare_numerically():
     assert normalize_number("$ 2,000.") == "2000"
 
 
-def test_mmlu_letter():
-    assert extract_choice("(A) is wrong because... The answer is (C).") == "C"
-    assert extract_choice("Answer: B") == "B"
-    assert extract_choice("I pick D") == "D"
-    assert extract_choice("nothing") is None
+# Hand-written rationales: (text, the letter it commits to, or None when it commits to none).
+RATIONALES = [
+    ("(A) is wrong because the moon has no light of its own. The answer is (C).", "C"),
+    ("Answer: B", "B"),
+    ("**Answer:** D\n\nMitochondria make ATP.", "D"),
+    ("Let's think step by step. Paris is the capital.\nFinal answer: **B**", "B"),
+    ("Water boils at 100 C at sea level, so the correct answer is option D.", "D"),
+    ("The correct option is B because heat flows from hot to cold.", "B"),
+    ("Checking each: (A) no, (B) no. Option C is correct.", "C"),
+    ("(C) is the correct answer: 7 x 8 = 56.", "C"),
+    ("Since x = 2, \\boxed{A}", "A"),
+    ("At first the answer is (A) seemed right, but 3 + 4 = 7, so the answer is (C).", "C"),
+    ("The gas expands.\n(B)", "B"),
+    ("Both premises hold.\nC.", "C"),
+    ("the answer is (c)", "C"),
+    ("Therefore the answer is D", "D"),
+    ("Answer: C) Paris", "C"),
+    # committing to nothing: an article, a bare letter inside a sentence, a negation, prose after the options
+    ("So the answer is a matter of definition.", None),
+    ("I pick D", None),
+    ("Answer: Because the sky scatters blue light.", None),
+    ("The answer is not (A).", None),
+    ("A student might guess B here, but we cannot tell.", None),
+    ("Reasoning about the options.\nA student", None),
+    ("nothing", None),
+]
+
+
+@pytest.mark.parametrize("text, letter", RATIONALES)
+def test_mmlu_letter_of_hand_written_rationales(text, letter):
+    assert extract_choice(text) == letter

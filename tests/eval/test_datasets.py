@@ -9,7 +9,8 @@ import pytest
 import elfreg.eval.datasets as ds
 from elfreg.eval.datasets import load_benchmark, manifest, packaged_data_dir
 
-SIZES = {"gsm8k": 1319, "math500": 500, "humaneval": 164, "humaneval_plus": 164, "mbpp": 500, "mbpp_plus": 378}
+SIZES = {"gsm8k": 1319, "math500": 500, "humaneval": 164, "humaneval_plus": 164, "mbpp": 500, "mbpp_plus": 378,
+         "mmlu": 14042, "mmlu_dev": 285}
 
 
 @pytest.fixture(autouse=True)
@@ -65,3 +66,35 @@ def test_missing_data_dir_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("ELFREG_DATA_DIR", str(tmp_path / "nope"))
     with pytest.raises(FileNotFoundError, match="ELFREG_DATA_DIR=.*nope is not a folder"):
         load_benchmark("math500")
+
+
+def test_mmlu_ships_test_and_dev_with_their_subjects_and_answers():
+    test, dev = load_benchmark("mmlu"), load_benchmark("mmlu_dev")
+    subjects = {p.extra["subject"] for p in test.problems}
+    assert len(subjects) == 57 and {p.extra["subject"] for p in dev.problems} == subjects
+    # the release's answer distribution (shared/data/mmlu/PROVENANCE.md): A 3,222, B 3,462, C 3,582, D 3,776
+    counts = {x: sum(p.answer == x for p in test.problems) for x in "ABCD"}
+    assert counts == {"A": 3222, "B": 3462, "C": 3582, "D": 3776}
+    assert sum(p.extra["subject"] == "professional_law" for p in test.problems) == 1534
+    first = test.problems[0]
+    assert first.task_id == "abstract_algebra/0" and len(first.extra["choices"]) == 4
+    assert test.format_prompt(first).splitlines()[1:5] == [f"({x}) {c.strip()}" for x, c in
+                                                           zip("ABCD", first.extra["choices"])]
+
+
+def test_mmlu_reads_the_release_csvs_and_integer_answers(tmp_path):
+    folder = tmp_path / "data" / "test"
+    folder.mkdir(parents=True)
+    (folder / "anatomy_test.csv").write_text('"Which bone, ""long""?",femur,rib,skull,ulna,A\nQ2,a,b,c,d,D\n')
+    bench = load_benchmark("mmlu", str(tmp_path / "data"))
+    assert [(p.task_id, p.answer) for p in bench.problems] == [("anatomy/0", "A"), ("anatomy/1", "D")]
+    assert bench.problems[0].question == 'Which bone, "long"?' and bench.data_version is None
+    hf = tmp_path / "hf.jsonl"  # the Hugging Face cais/mmlu export: integer answers
+    hf.write_text('{"question": "q", "subject": "virology", "choices": ["a", "b", "c", "d"], "answer": 2}\n')
+    assert [(p.task_id, p.answer) for p in load_benchmark("mmlu", str(hf)).problems] == [("virology/0", "C")]
+    (folder / "bad_test.csv").write_text("q,a,b,c,d\n")
+    with pytest.raises(ValueError, match=r"bad_test.csv:1: expected question,A,B,C,D,answer"):
+        load_benchmark("mmlu", str(tmp_path / "data"))
+    hf.write_text('{"question": "q", "choices": ["a", "b"], "answer": 2}\n')
+    with pytest.raises(ValueError, match=r"hf.jsonl:1: expected an MMLU row"):
+        load_benchmark("mmlu", str(hf))

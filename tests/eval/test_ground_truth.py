@@ -10,7 +10,8 @@ from elfreg.eval.scoring import ScoreOptions, score_completions
 
 from sandbox._isolation import isolated_sandbox
 
-SIZES = {"gsm8k": 1319, "math500": 500, "humaneval": 164, "humaneval_plus": 164, "mbpp": 500, "mbpp_plus": 378}
+SIZES = {"gsm8k": 1319, "math500": 500, "humaneval": 164, "humaneval_plus": 164, "mbpp": 500, "mbpp_plus": 378,
+         "mmlu": 14042, "mmlu_dev": 285}
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,24 @@ def test_gold_answers_score_all(name, cache_dir):
     bench, s = _score(name, cache_dir, lambda ps, i: ps[i].reference)
     assert len(bench.problems) == SIZES[name]
     assert set(_pass_counts(s).values()) == {SIZES[name]}
+
+
+def _rationale(p, letter: str) -> str:
+    """A hand-style rationale that commits to ``letter`` after discussing the options (gold or wrong)."""
+    text = p.extra["choices"]["ABCD".index(letter)].strip()
+    return (f"Let's think step by step. We weigh each of the four options against the question.\n"
+            f"Option ({letter}), \"{text}\", fits best; the others do not.\nThe answer is ({letter}).")
+
+
+@pytest.mark.parametrize("name", ["mmlu", "mmlu_dev"])
+def test_mmlu_gold_rationales_score_all_and_wrong_ones_zero(name, cache_dir):
+    """Every MMLU question shipped with elfreg: a rationale ending in the gold letter is right, one ending in
+    another letter is wrong (the option letter extracted from a rationale, spec §6)."""
+    bench, s = _score(name, cache_dir, lambda ps, i: _rationale(ps[i], ps[i].answer))
+    assert len(bench.problems) == SIZES[name] and _pass_counts(s) == {"answer": SIZES[name]}
+    wrong = lambda ps, i: _rationale(ps[i], "ABCD"[("ABCD".index(ps[i].answer) + 1 + i % 3) % 4])  # noqa: E731
+    _, s = _score(name, cache_dir, wrong)
+    assert _pass_counts(s) == {"answer": 0}
 
 
 @pytest.mark.slow

@@ -1,33 +1,101 @@
 """Evaluation protocols (spec §5–§6): the paper's table, merging with user flags, the k list."""
 
+import re
+from pathlib import Path
+
 import pytest
 
-from elfreg.eval.protocol import PROTOCOLS, default_ks, parse_ks, protocol_entry, resolve_settings
+from helpers import shared_dir
+
+from elfreg.eval.protocol import (PROTOCOLS, default_ks, paper_refs, parse_ks, protocol_entry, resolve_runs,
+                                  resolve_settings)
 from elfreg.sampling.config import SamplerConfig
 
 NONE = {"sampler": None, "nfe": None, "rho": None, "samples": None, "w": None, "task": None, "ks": None}
 
 
-@pytest.mark.parametrize("bench, sampler, nfe, w, ks", [
-    ("gsm8k", "early-stop", 64, 3.0, (1, 4)),
-    ("math500", "early-stop", 128, 2.0, (1, 4, 10, 16)),
-    ("humaneval", "early-stop", 128, 2.0, (1, 10, 16)),
-    ("humaneval_plus", "early-stop", 128, 2.0, (1, 10, 16)),
-    ("mbpp", "early-stop", 128, 2.0, (1, 10, 16)),
-    ("mbpp_plus", "early-stop", 128, 2.0, (1, 10, 16)),
-    ("mmlu", "full-span", 64, 2.0, (1, 4)),
-])
-def test_paper_protocol_matches_the_spec(bench, sampler, nfe, w, ks):
+RUNS = {  # benchmark -> its sampling runs under "paper": (sampler, NFE, w, reported ks)
+    "gsm8k": [("early-stop", 64, 3.0, (1, 4))],
+    # MATH-500: pass@1 at 128 NFE (Table 2); pass@10 (Table 20) and pass@16 (Table 3) at 64 NFE (seeds/002:294-296)
+    "math500": [("early-stop", 128, 2.0, (1,)), ("early-stop", 64, 2.0, (1, 10, 16))],
+    "humaneval": [("early-stop", 128, 2.0, (1, 10, 16))],
+    "humaneval_plus": [("early-stop", 128, 2.0, (1, 10, 16))],
+    "mbpp": [("early-stop", 128, 2.0, (1, 10, 16))],
+    "mbpp_plus": [("early-stop", 128, 2.0, (1, 10, 16))],
+    "mmlu": [("full-span", 64, 2.0, (1, 4))],
+}
+
+
+@pytest.mark.parametrize("bench", list(RUNS))
+def test_paper_protocol_matches_the_spec(bench):
     e = protocol_entry("paper", bench)
-    assert (e.sampler, e.nfe, e.rho, e.w, e.samples, e.ks) == (sampler, nfe, 8, w, 16, ks)
-    SamplerConfig(sampler=e.sampler, nfe=e.nfe, rho=e.rho, w=e.w)  # a usable sampler setting
+    assert [(r.sampler, r.nfe, r.w, r.ks) for r in e.runs] == RUNS[bench]
+    for r in e.runs:
+        assert (r.rho, r.samples) == (8, 16)
+        SamplerConfig(sampler=r.sampler, nfe=r.nfe, rho=r.rho, w=r.w)  # a usable sampler setting
+
+
+def test_math500_protocol_has_each_k_at_the_papers_nfe():
+    """pass@1 at 128 NFE (Table 2), pass@10 and pass@16 at 64 NFE (Tables 20, 3): two runs, two folders."""
+    runs = resolve_runs("paper", "math500", NONE)
+    nfe_of = {}
+    for r in runs:
+        for ref in paper_refs(r):
+            nfe_of.setdefault(ref.metric, set()).add((r.values["nfe"], ref.table))
+    assert nfe_of == {"pass@1": {(128, "Table 2"), (64, "Table 19")}, "pass@10": {(64, "Tables 18, 20")},
+                      "pass@16": {(64, "Table 3")}}
+    assert [r.label for r in runs] == ["nfe-128", "nfe-64"]
+    assert dict(paper_refs(runs[1])[2].values) == {"ELF-L": 44.00, "ELF-REG-L": 52.20}
+    # one --nfe for both runs makes them one run (ks joined), compared only with the paper's 64-NFE figures
+    (one,) = resolve_runs("paper", "math500", NONE | {"nfe": 64})
+    assert one.values["ks"] == (1, 10, 16) and one.label == ""
+    assert {r.table for r in paper_refs(one)} == {"Table 19", "Tables 18, 20", "Table 3"}
+    with pytest.raises(ValueError, match="2 runs .*nfe-128, nfe-64.*resolve_runs"):
+        resolve_settings("paper", "math500", NONE)
+
+
+def test_every_source_is_a_seed_line_a_spec_section_or_a_choice():
+    shared = shared_dir()  # the seed file, where present, checks every quoted figure against the cited lines
+    seeds = shared / "seeds" / "002_13b26a02fedc2e0a.txt" if shared else Path("/nonexistent")
+    for table in PROTOCOLS.values():
+        for entry in table.values():
+            for run in entry.runs:
+                for src in run.sources:
+                    assert re.search(r"seeds/002:\d+|spec §\d|chosen:|no effect", src), src
+                for ref in run.refs:
+                    assert re.fullmatch(r"seeds/002:\d+(-\d+)?", ref.source) and ref.table.startswith("Table")
+                    if seeds.is_file():  # every quoted figure is on the cited lines of the seed file
+                        lines = seeds.read_text(encoding="utf-8").splitlines()
+                        lo, _, hi = ref.source.split(":")[1].partition("-")
+                        text = "\n".join(lines[int(lo) - 1:int(hi or lo)])
+                        for _, value in ref.values:
+                            assert f"{value:.2f}" in text, (ref, value)
+    assert "pass@4 elsewhere" not in " ".join(r.source for t in PROTOCOLS.values() for e in t.values()
+                                               for r in e.runs)
+
+
+def test_paper_figures_are_shown_only_like_with_like():
+    r = resolve_settings("paper", "humaneval", NONE)
+    refs = paper_refs(r)
+    assert {(x.metric, x.table, x.alias) for x in refs} == {("pass@1", "Table 1", "paper"),
+                                                            ("pass@1", "Table 15", "off"),
+                                                            ("pass@10", "Table 18", "paper"),
+                                                            ("pass@16", "Table 18", "paper")}
+    assert paper_refs(resolve_settings("paper", "humaneval", NONE | {"nfe": 16})) == []  # another budget
+    assert paper_refs(resolve_settings("paper", "humaneval", NONE | {"samples": 4})) == []  # other samples
+    assert paper_refs(resolve_settings("paper", "humaneval", NONE | {"nfe": 128})) == refs  # the same, said again
+    assert [x.table for x in paper_refs(resolve_settings("paper", "mmlu", NONE))] == ["Table 21"]
+    mbpp_plus = {x.tests for x in paper_refs(resolve_settings("paper", "mbpp_plus", NONE))}
+    assert mbpp_plus == {"base"}  # MBPP-378 is scored on base tests (seeds/002:210); HumanEval+ on plus
+    assert {x.tests for x in paper_refs(resolve_settings("paper", "humaneval_plus", NONE))} == {"plus"}
 
 
 def test_every_protocol_entry_is_a_valid_sampler_setting():
     for table in PROTOCOLS.values():
         for e in table.values():
-            SamplerConfig(sampler=e.sampler, nfe=e.nfe, rho=e.rho, w=e.w)
-            assert max(e.ks) <= e.samples and e.source
+            for r in e.runs:
+                SamplerConfig(sampler=r.sampler, nfe=r.nfe, rho=r.rho, w=r.w)
+                assert max(r.ks) <= r.samples and r.source
 
 
 def test_protocol_values_are_recorded_with_their_origin_and_user_flags_win():
@@ -41,6 +109,9 @@ def test_protocol_values_are_recorded_with_their_origin_and_user_flags_win():
     assert resolve_settings("paper", "gsm8k", NONE | {"w": 1.5}).values["w"] == 1.5
     d = r.as_dict()
     assert d["values"]["ks"] == [1, 4] and d["protocol"] == "paper" and "Table" in d["source"]
+    assert d["paper_refs"] == []  # w set by the user (a task preset): not the paper's run
+    d = resolve_settings("paper", "gsm8k", NONE).as_dict()
+    assert [x["table"] for x in d["paper_refs"]] == ["Table 2", "Table 24"]
 
 
 def test_no_protocol_uses_the_builtin_defaults_and_the_papers_ks_that_fit():

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from elfreg.cli import main
@@ -9,9 +10,9 @@ from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
 from elfreg.hub import ElfModel
 
 
-def _save_tiny_model(folder, lm_dir):
+def _save_tiny_model(folder, lm_dir, max_len=24, max_prompt_len=16):
     cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
-                                          max_len=24, max_prompt_len=16),
+                                          max_len=max_len, max_prompt_len=max_prompt_len),
                        backbones=BackboneConfig(encoder=str(lm_dir), encoder_layer=2, dtype="float32"))
     torch.manual_seed(0)
     return ElfModel.new(cfg).save_pretrained(folder)
@@ -115,3 +116,85 @@ def test_code_samples_are_written_as_solutions(tmp_path):
     back = read_completions(tmp_path / "samples.jsonl", set(bench.by_id))
     assert [(c.task_id, c.sample, c.completion, c.format) for c in back] == [
         ("HumanEval/0", 1, comps[0].completion, "solution")]
+
+
+@pytest.mark.slow  # 2 x 16 samples at 128 and 64 NFE: tens of seconds on a loaded 2-core machine
+def test_math500_paper_protocol_samples_twice_and_names_each_table(tmp_path, tiny_lm_dir):
+    """--protocol paper on MATH-500: a 128-NFE run (pass@1, Table 2) and a 64-NFE run (pass@10 Table 20, pass@16
+    Table 3), each in its own folder, with every number next to the paper figure of the same settings."""
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    data = tmp_path / "math.jsonl"
+    data.write_text(json.dumps({"problem": "what is 1 plus 1 ?", "solution": "\\boxed{2}", "answer": "2",
+                                "unique_id": "test/x/1.json"}) + "\n")
+    out = tmp_path / "run"
+    assert main(["eval", "run", "--model", str(model), "--benchmark", "math500", "--data", str(data), "--out",
+                 str(out), "--protocol", "paper", "--no-progress", "--device", "cpu", "--batch-size", "16"]) == 0
+    for label, nfe, ks in (("nfe-128", 128, [1]), ("nfe-64", 64, [1, 10, 16])):
+        gens = [json.loads(x) for x in (out / label / "generations.jsonl").read_text().splitlines()]
+        assert len(gens) == 16 and {(g["nfe"], g["nfe_spent"], g["sampler"]) for g in gens} == {
+            (nfe, nfe, "early-stop")}
+        summary = json.loads((out / label / "summary.json").read_text())
+        assert summary["pass_at_k"]["ks"] == ks and summary["evaluation"]["label"] == label
+    combined = json.loads((out / "summary.json").read_text())
+    assert list(combined["runs"]) == ["nfe-128", "nfe-64"]
+    refs = {(r["metric"], r["table"]) for run in combined["runs"].values() for r in run["evaluation"]["paper_refs"]}
+    assert refs == {("pass@1", "Table 2"), ("pass@1", "Table 19"), ("pass@10", "Tables 18, 20"),
+                    ("pass@16", "Table 3")}
+    md = (out / "summary.md").read_text()
+    assert "### nfe-128: early-stop, 128 NFE, pass@1" in md and "### nfe-64: early-stop, 64 NFE" in md
+    assert "- pass@1 vs Table 2 (seeds/002:261): ELF-L 10.55, ELF-REG-L 13.39" in md
+    assert "- pass@16 vs Table 3 (seeds/002:296): ELF-L 44.00, ELF-REG-L 52.20" in md
+    # a second run resumes both folders: nothing generated again
+    before = (out / "nfe-64" / "generations.jsonl").read_text()
+    assert main(["eval", "run", "--model", str(model), "--benchmark", "math500", "--data", str(data), "--out",
+                 str(out), "--protocol", "paper", "--no-progress", "--device", "cpu", "--batch-size", "16"]) == 0
+    assert (out / "nfe-64" / "generations.jsonl").read_text() == before
+
+
+def test_prompts_over_the_model_limit_are_an_error_or_counted_as_wrong(tmp_path, tiny_lm_dir, capsys):
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)  # max_prompt_len 16
+    data = tmp_path / "gsm.jsonl"
+    rows = [{"question": "what is 2 plus 3 ?", "answer": "#### 5"},
+            {"question": "what is " + "1 plus " * 12 + "1 ?", "answer": "#### 13"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(data), "--nfe", "3",
+            "--samples", "2", "--no-progress", "--device", "cpu"]
+    assert main(base + ["--out", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err
+    assert "1 of 2 gsm8k prompts exceed the model's 16-token prompt limit (longest: gsm8k/1" in err
+    assert "--long-prompts skip" in err and not (tmp_path / "e").exists()
+    out = tmp_path / "s"
+    assert main(base + ["--out", str(out), "--long-prompts", "skip"]) == 0
+    assert len((out / "generations.jsonl").read_text().splitlines()) == 2  # only the short question
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["prompts_too_long"]["count"] == 1 and summary["prompts_too_long"]["task_ids"] == ["gsm8k/1"]
+    assert summary["metrics"]["accuracy"]["problems"] == 2  # the long one counts, as wrong
+    samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+    assert [(s["task_id"], s["completion"]) for s in samples if s["task_id"] == "gsm8k/1"] == [
+        ("gsm8k/1", ""), ("gsm8k/1", "")]
+    assert "1 problems' prompts exceed the model's 16-token prompt limit" in (out / "summary.md").read_text()
+
+
+def test_eval_run_on_mmlu_uses_its_protocol_and_prompt(tmp_path, tiny_lm_dir, capsys):
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir, max_len=64, max_prompt_len=48)
+    data = tmp_path / "mmlu.jsonl"  # MMLU rows short enough for the tiny canvas
+    data.write_text("".join(json.dumps({"subject": "sums", "question": q, "choices": c, "answer": a}) + "\n"
+                            for q, c, a in [("1 plus 1 ?", ["1", "2", "3", "4"], "B"),
+                                            ("2 plus 1 ?", ["3", "2", "1", "4"], "A")]))
+    out = tmp_path / "run"
+    assert main(["eval", "run", "--model", str(model), "--benchmark", "mmlu", "--data", str(data), "--out", str(out),
+                 "--protocol", "paper", "--nfe", "3", "--samples", "4", "--no-progress", "--device", "cpu",
+                 "--long-prompts", "skip"]) == 0
+    gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
+    prompts = [json.loads(x)["prompt"] for x in (out / "prompts.jsonl").read_text().splitlines()]
+    assert prompts[0].startswith("1 plus 1 ?\n(A) 1\n(B) 2\n(C) 3\n(D) 4\nThink step by step")
+    summary = json.loads((out / "summary.json").read_text())
+    ev = summary["evaluation"]
+    assert summary["kind"] == "choice" and {g["sampler"] for g in gens} <= {"full-span"}
+    assert ev["values"]["w"] == 2.0 and ev["origin"]["w"] == "protocol:paper" and ev["values"]["ks"] == [1, 4]
+    assert ev["paper_refs"] == []  # NFE and samples are not Table 21's: no paper figure beside these numbers
+    assert summary["prompts_too_long"]["count"] == 0 and len(gens) == 2 * 4
+    small = _save_tiny_model(tmp_path / "small", tiny_lm_dir)  # 16 prompt tokens: no MMLU question fits
+    assert main(["eval", "run", "--model", str(small), "--benchmark", "mmlu", "--data", str(data), "--out",
+                 str(tmp_path / "none"), "--long-prompts", "skip", "--device", "cpu", "--no-progress"]) == 2
+    assert "none is left to generate" in capsys.readouterr().err

@@ -40,6 +40,36 @@ def final_answers(resps, docs):
 """
 
 
+def tiny_model(lm_dir: Path, max_len: int, max_prompt_len: int, **new_kwargs):
+    """A tiny random ElfModel over the tiny Qwen3 encoder (``new_kwargs`` go to ``ElfModel.new``)."""
+    import torch
+
+    from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
+    from elfreg.hub import ElfModel
+
+    cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
+                                          max_len=max_len, max_prompt_len=max_prompt_len),
+                       backbones=BackboneConfig(encoder=str(lm_dir), encoder_layer=2, dtype="float32"))
+    torch.manual_seed(0)
+    return ElfModel.new(cfg, **new_kwargs)
+
+
+def fixed_answers(texts: list[str]):
+    """An lm-eval model that answers document d with ``texts[d]`` (to compare filters and scorers on known texts)."""
+    from lm_eval.api.model import LM
+
+    class FixedAnswers(LM):
+        def loglikelihood(self, requests):
+            raise NotImplementedError
+
+        loglikelihood_rolling = loglikelihood
+
+        def generate_until(self, requests):
+            return [texts[r.doc_id] for r in requests]
+
+    return FixedAnswers()
+
+
 def write_task(folder: Path, rows: list[dict], repeats: int = 1) -> Path:
     """Write test.jsonl ({id, question, answer} per line, as `elfreg demo` writes it) and the task YAML; returns folder."""
     folder.mkdir(parents=True, exist_ok=True)

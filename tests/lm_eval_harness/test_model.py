@@ -10,13 +10,11 @@ pytest.importorskip("lm_eval", reason='lm-eval is not installed: pip install "el
 
 from lm_eval.api.instance import Instance  # noqa: E402
 
-from elfreg.config import BackboneConfig, ElfRegConfig, model_preset  # noqa: E402
-from elfreg.hub import ElfModel  # noqa: E402
 from elfreg.lm_eval.cli import lm_eval_argv, main as lm_eval_main  # noqa: E402
 from elfreg.lm_eval.model import ElfLM, cut_at_stop  # noqa: E402
 from elfreg.sampling.decode import detokenize  # noqa: E402
 
-from ._task import TASK, evaluate, write_task  # noqa: E402
+from ._task import TASK, evaluate, fixed_answers, tiny_model, write_task  # noqa: E402
 
 PROMPTS = ["what is 2 plus 3 ?", "what is 1 plus 1 ?", "what is 4 minus 1 ?", "sort the list", "what is 2 plus 3 ?"]
 SETTINGS = dict(sampler="early-stop", nfe=4, rho=2, seed=5, device="cpu")
@@ -24,11 +22,7 @@ SETTINGS = dict(sampler="early-stop", nfe=4, rho=2, seed=5, device="cpu")
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, tiny_lm_dir):
-    cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
-                                          max_len=24, max_prompt_len=16),
-                       backbones=BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=2, dtype="float32"))
-    torch.manual_seed(0)
-    m = ElfModel.new(cfg, prompt_template="question : {question} answer :")
+    m = tiny_model(tiny_lm_dir, 24, 16, prompt_template="question : {question} answer :")
     torch.nn.init.normal_(m.student.final_linear.weight, std=0.5)   # responses of several tokens, not EOS at once
     return m.save_pretrained(tmp_path_factory.mktemp("lm") / "model")
 
@@ -163,8 +157,6 @@ def test_chat_rendering_uses_the_model_template(model_dir):
 
 def test_lm_eval_exact_match_equals_elfreg_scorer_on_the_same_texts(tmp_path):
     """The local task's filter + exact_match agree with elfreg's demo-arith scorer, right and wrong answers alike."""
-    from lm_eval.api.model import LM
-
     from elfreg.demo import arith
     from elfreg.demo.benchmark import load_demo_arith
     from elfreg.eval.completions import Completion
@@ -175,16 +167,7 @@ def test_lm_eval_exact_match_equals_elfreg_scorer_on_the_same_texts(tmp_path):
     texts = [arith.reference_response(probs[0]), "#### 99", f"{arith.worked_steps(probs[2])}\n#### {probs[2].answer}",
              f"The answer is: {probs[3].answer}", f"#### {probs[4].answer}\nmore\n#### 1", f"#### {probs[5].answer} "]
 
-    class Fixed(LM):
-        def loglikelihood(self, requests):
-            raise NotImplementedError
-
-        loglikelihood_rolling = loglikelihood
-
-        def generate_until(self, requests):
-            return [texts[r.doc_id] for r in requests]
-
-    res = evaluate(write_task(tmp_path / "task", rows), Fixed())
+    res = evaluate(write_task(tmp_path / "task", rows), fixed_answers(texts))
     lm_scores = [s["exact_match"] for s in sorted(res["samples"][TASK], key=lambda s: s["doc_id"])]
     bench = load_demo_arith(str(tmp_path / "task" / "test.jsonl"))
     summary = score_completions(bench, [Completion(r["id"], 0, t, i) for i, (r, t) in enumerate(zip(rows, texts))],

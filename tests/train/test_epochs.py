@@ -87,24 +87,52 @@ def test_resumed_epoch_run_keeps_its_counts(tmp_path, tiny_lm_dir, sums_jsonl):
 
 def test_math_preset_starts_from_the_gsm8k_epoch_7_5_checkpoint(tmp_path, tiny_lm_dir, sums_jsonl, monkeypatch):
     """The MATH preset's init_from, resolved in a folder holding a (tiny) GSM8K run with the GSM8K preset's kept
-    epochs, is that run's epoch-7.5 checkpoint: the MATH student starts from its EMA weights and statistics."""
+    epochs, is that run's epoch-7.5 checkpoint. By the preset's choice the run continues it: the online weights,
+    the optimiser state and the EMA; `init_weights: ema` + `init_optimizer: fresh` start from the EMA weights with
+    a new optimiser (the EMA continues in both)."""
     gsm = load_run_config(REPO / "configs/gsm8k/elf-reg-b.yaml").train
     math = load_run_config(REPO / "configs/math/elf-reg-b.yaml").train
     assert 7.5 in gsm.keep_epochs and math.init_from == "runs/gsm8k-elf-reg-b/epoch-7.5" and math.epochs == 8
+    assert (math.init_weights, math.init_optimizer, math.warmup_steps, math.warmup_epochs) == (
+        "online", "continue", 0, None)
     monkeypatch.chdir(tmp_path)
     keep = "[" + ", ".join(f"{e:g}" for e in gsm.keep_epochs) + "]"
     gsm_run = train(epoch_cfg(tiny_lm_dir, sums_jsonl, **{"train.epochs": 8, "train.batch_size": 16,
                                                           "train.keep_epochs": keep}), "runs/gsm8k-elf-reg-b")
     ckpt_7_5 = Path("runs/gsm8k-elf-reg-b/epoch-7.5").resolve()
     assert ckpt_7_5.name == "ckpt-00000026" and gsm_run.step == 28  # ceil(7.5 x 55 / 16), ceil(8 x 55 / 16)
-    t = Trainer(epoch_cfg(tiny_lm_dir, sums_jsonl, **{"train.epochs": math.epochs, "train.batch_size": 16,
-                                                      "train.init_from": math.init_from}), "runs/math-elf-reg-b")
-    src = ElfModel.from_pretrained(ckpt_7_5 / "model")
+    src_ema = ElfModel.from_pretrained(ckpt_7_5 / "model")
+    online = ck.load_tensors(ckpt_7_5 / "weights.safetensors")
+    saved_opt = ck.load_tensors(ckpt_7_5 / "optimizer.safetensors")
     final = ElfModel.from_pretrained(gsm_run.model_dir)
-    start = t.student.state_dict()
-    assert all(torch.equal(start[k], v) for k, v in src.student.state_dict().items())
-    assert not all(torch.equal(start[k], v) for k, v in final.student.state_dict().items())  # not the end model
-    assert torch.equal(t.elf.x_stats.mean, src.x_stats.mean) and t.total_steps == 28
+
+    def start(**over):
+        return Trainer(epoch_cfg(tiny_lm_dir, sums_jsonl, **{"train.epochs": math.epochs, "train.batch_size": 16,
+                                                             "train.init_from": math.init_from,
+                                                             "train.warmup_epochs": "null",
+                                                             "train.warmup_steps": 0, **over}), "runs/math")
+
+    t = start(**{"train.init_weights": math.init_weights, "train.init_optimizer": math.init_optimizer})
+    weights, ema = t.student.state_dict(), t.ema.shadow
+    assert all(torch.equal(weights[k], v) for k, v in online.items())  # the trained (online) weights
+    assert not all(torch.equal(weights[k], v) for k, v in src_ema.student.state_dict().items())
+    assert all(torch.equal(ema[k], v.float()) for k, v in src_ema.student.state_dict().items())  # EMA continues
+    opt, _ = ck.flatten_optimizer(t.optim.state_dict())
+    assert saved_opt and opt.keys() == saved_opt.keys() and all(torch.equal(opt[k], saved_opt[k]) for k in opt)
+    assert torch.equal(t.elf.x_stats.mean, src_ema.x_stats.mean) and t.total_steps == 28 and t.warmup_steps == 0
+    assert t.step_once(0)["lr"] == t.cfg.train.lr  # it trains on from there, at full lr (no second warm-up)
+    # the earlier behaviour, now a stated choice: EMA weights (not the end model), a fresh optimiser
+    t = start(**{"train.init_weights": "ema", "train.init_optimizer": "fresh", "train.warmup_steps": "null",
+                 "train.warmup_epochs": 0.5})
+    weights = t.student.state_dict()
+    assert all(torch.equal(weights[k], v) for k, v in src_ema.student.state_dict().items())
+    assert not all(torch.equal(weights[k], v) for k, v in final.student.state_dict().items())
+    assert not ck.flatten_optimizer(t.optim.state_dict())[0]  # no state yet
+    # a model folder has no online weights and no optimiser state: the fields say so
+    with pytest.raises(ConfigError, match="train.init_weights: 'online' needs a checkpoint"):
+        start(**{"train.init_from": str(gsm_run.model_dir)})
+    with pytest.raises(ConfigError, match="train.init_optimizer: 'continue' needs a checkpoint"):
+        start(**{"train.init_from": str(gsm_run.model_dir), "train.init_weights": "ema"})
 
 
 def test_bad_budgets_fail_before_any_work(tmp_path, tiny_lm_dir, sums_jsonl):

@@ -134,3 +134,92 @@ def test_steps_and_epochs_both_set_is_a_config_error():
         load_run_config(REPO / "configs/gsm8k/elf-reg-b.yaml", ["train.keep_epochs=[6, 12.5]"])
     with pytest.raises(ConfigError, match="data.epochs"):
         load_run_config(REPO / "configs/gsm8k/elf-reg-b.yaml", ["data.epochs=12"])
+
+
+def _paper_plan(preset: str):
+    """The preset's plan on a stand-in of the paper's data: its rows, and its tokens per epoch."""
+    cfg = load_run_config(REPO / "configs" / f"{preset}.yaml")
+    p = cfg.paper
+    per_epoch = round((p.tokens - (p.init_tokens or 0)) / (p.tokens_epochs or p.epochs))
+    return cfg, make_plan(cfg, gsm8k_stand_in(p.rows, per_epoch))
+
+
+@pytest.mark.parametrize("preset, epochs, steps, kept, compared", [
+    # Table 2's note (seeds/002:263): the baselines train 6 (B) and 3 (L) epochs more than ELF-REG's 12
+    ("gsm8k/elf-b", 18, 84_517, {"6": 28_173, "7.5": 35_216}, {"6": 28_173, "18": 84_517}),
+    ("gsm8k/elf-l", 15, 70_431, {"6": 28_173, "7.5": 35_216, "14": 65_736}, {"14": 65_736, "15": 70_431}),
+    ("gsm8k/elf-reg-b", 12, 56_345, {"6": 28_173, "7.5": 35_216}, {"6": 28_173, "12": 56_345}),
+    ("gsm8k/elf-reg-l", 12, 56_345, {"6": 28_173, "7.5": 35_216, "8": 37_563}, {"8": 37_563, "12": 56_345}),
+])
+def test_gsm8k_baselines_train_the_papers_epochs(preset, epochs, steps, kept, compared):
+    """Rows, epochs and steps of each GSM8K preset against the paper (2,404,028 rows at batch 512), with the
+    epochs where the paper compares the models (Fig. 3: ELF-L reaches 51.48 % at epoch 14, ELF-REG-L at 8)."""
+    cfg, plan = _paper_plan(preset)
+    assert (plan.rows, plan.epochs, plan.steps) == (GSM8K_ROWS, epochs, steps) == (
+        GSM8K_ROWS, epochs, steps_for_epochs(epochs, GSM8K_ROWS, 512))
+    assert plan.epoch_steps == kept and plan.compare_steps == compared
+    # the paper's token figure is ELF-REG's 12 epochs (6.696B); a baseline's run scales it per epoch
+    assert plan.tokens == pytest.approx(6.696e9 * epochs / 12, rel=1e-4)
+    text = format_plan(plan)
+    assert f"{6.696 * epochs / 12:.3f}B" in text and "seeds/002:" in text
+    for e in compared:
+        assert f"paper compares at epoch {e}" in text
+
+
+def test_mmlu_presets_plan_the_papers_30_epochs_and_tokens():
+    for preset in ("mmlu/elf-b", "mmlu/elf-reg-b"):
+        cfg, plan = _paper_plan(preset)
+        assert cfg.data.task == "choice" and cfg.model.max_prompt_len == 512
+        assert (plan.rows, plan.epochs, plan.steps, plan.warmup_steps) == (96_112, 30, 5_632, 94)
+        assert plan.tokens == pytest.approx(1.259e9, rel=1e-4)
+        # EMA 0.999 over 5,632 steps keeps 0.36 % of the initialisation (0.9999 would keep 57 %)
+        assert plan.ema_decay == 0.999 and 0.999 ** plan.steps == pytest.approx(0.00357, rel=0.01)
+        text = format_plan(plan)
+        assert "1.259B" in text and "0.999 (0.36% after 5,632 steps)" in text and "Table 21" in text
+
+
+def test_math_plan_shows_where_it_starts_and_what_continues():
+    cfg, plan = _paper_plan("math/elf-reg-l")
+    assert plan.start == {"from": "runs/gsm8k-elf-reg-l/epoch-7.5", "weights": "online", "optimizer": "continue",
+                          "found": "not there yet"}
+    assert plan.warmup_steps == 0  # the optimiser continues: no second warm-up
+    text = format_plan(plan)
+    assert "online / continued / continued" in text and "seeds/002:192" in text
+    cfg.train.init_weights, cfg.train.init_optimizer = "ema", "fresh"
+    assert "ema / fresh / continued" in format_plan(make_plan(cfg, gsm8k_stand_in(cfg.paper.rows, 1_703_125_000)))
+
+
+def test_offline_dry_run_of_a_hub_preset_fails_fast_naming_each_source(monkeypatch, capsys):
+    """With the hub unreachable, the dry run stops at once (no retries) and says what to point at local copies."""
+    import time
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    p = argparse.ArgumentParser()
+    register(p.add_subparsers(dest="cmd"))
+    args = p.parse_args(["train", "--config", str(REPO / "configs/gsm8k/elf-reg-b.yaml"), "--dry-run"])
+    t0 = time.monotonic()
+    assert args.func(args) == 2
+    assert time.monotonic() - t0 < 30  # was ~40-50 s of hub retries
+    err = capsys.readouterr().err
+    assert "hub is unreachable (HF_HUB_OFFLINE is set)" in err
+    assert "backbones.encoder = Qwen/Qwen3-0.6B-Base" in err and "backbones.encoder=DIR" in err
+    assert "data.sources[0] (openmathinstruct2-gsm8k) = hub dataset nvidia/OpenMathInstruct-2" in err
+    assert "data.sources[1] (metamathqa)" in err and "`path: DIR`" in err
+
+
+def test_hub_probe_is_short_and_local_sources_need_no_hub(monkeypatch, tiny_lm_dir, sums_jsonl):
+    import time
+
+    from elfreg.hub import hub_unreachable
+    from elfreg.train.plan import check_sources
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    t0 = time.monotonic()
+    why = hub_unreachable(timeout_s=2.0)
+    assert why is not None and "127.0.0.1:9" in why and time.monotonic() - t0 < 10
+    # a run whose encoder and data are local never probes
+    cfg = load_run_config(REPO / "configs/tiny-smoke.yaml", tiny_overrides(tiny_lm_dir, sums_jsonl))
+    assert check_sources(cfg, probe=lambda: pytest.fail("probed the hub for a local run")) is False

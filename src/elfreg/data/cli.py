@@ -1,4 +1,5 @@
-"""`elfreg data ...`: decontaminate training files; canvas-stats for a tokenizer (spec §2, §7)."""
+"""`elfreg data ...`: decontaminate training files; canvas-stats for a tokenizer; build the MMLU training file
+(spec §2, §7)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,24 @@ def cmd_decontaminate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mmlu_train(args: argparse.Namespace) -> int:
+    """Build the MMLU training file and its report (elfreg.data.mmlu)."""
+    from elfreg.data.decontam import write_jsonl_atomic
+    from elfreg.data.decontam_choice import ChoiceDecontamConfig, ChoiceMatcher, mmlu_test_items
+    from elfreg.data.mmlu import build_mmlu_train, iter_aux_questions, iter_rationales, summary_line, write_report
+
+    matcher = None if args.no_decontaminate else ChoiceMatcher(
+        mmlu_test_items(args.benchmarks), ChoiceDecontamConfig(ngram=args.ngram, jaccard_threshold=args.jaccard))
+    rationales = itertools.chain.from_iterable(iter_rationales(p) for p in args.rationales)
+    rows, report = build_mmlu_train(iter_aux_questions(args.questions, args.hub_config, args.hub_split), rationales,
+                                    matcher, args.key, args.key_field, args.text_field)
+    write_jsonl_atomic(args.output, rows)
+    write_report(args.report, report, {"questions_source": args.questions, "rationales": list(args.rationales),
+                                       "decontaminated": matcher is not None, "output": args.output})
+    print(summary_line(report))
+    return 0
+
+
 def _percentiles(values: list[int]) -> dict[str, float]:
     if not values:
         return {}
@@ -120,8 +139,8 @@ def cmd_canvas_stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", choices=("math", "code"), required=True)
+def _common(p: argparse.ArgumentParser, tasks: tuple[str, ...]) -> None:
+    p.add_argument("--task", choices=tasks, required=True)
     p.add_argument("--input", nargs="+", required=True, help="JSONL(.gz)/Parquet file(s), glob or folder")
     p.add_argument("--preset", default=None, help="column mapping and filter of a known set (e.g. gsm8k-train)")
     p.add_argument("--columns", type=_parse_columns, default={"prompt": "prompt", "response": "response"},
@@ -131,11 +150,12 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> None:
     """Add `data` with subcommands `decontaminate` and `canvas-stats` to an argparse subparsers object."""
-    data = subparsers.add_parser("data", help="training data: decontamination, canvas statistics")
+    data = subparsers.add_parser("data", help="training data: decontamination, canvas statistics, the MMLU file")
     sub = data.add_subparsers(dest="data_command", required=True)
 
-    dec = sub.add_parser("decontaminate", help="drop rows matching benchmark test problems; write rows + report")
-    _common(dec)
+    dec = sub.add_parser("decontaminate", help="drop rows matching benchmark test problems; write rows + report "
+                                               "(MMLU: `elfreg data mmlu-train` decontaminates as it builds)")
+    _common(dec, ("math", "code"))
     dec.add_argument("--output", required=True, help="cleaned JSONL (prompt/response/answer/id/source)")
     dec.add_argument("--report", required=True, help="JSON report of dropped rows and counts")
     dec.add_argument("--benchmarks", default=None,
@@ -149,10 +169,35 @@ def register(subparsers: Any) -> None:
     dec.set_defaults(func=cmd_decontaminate)
 
     cs = sub.add_parser("canvas-stats", help="how many rows fit the canvas; token length statistics")
-    _common(cs)
+    _common(cs, ("math", "code", "choice"))
     cs.add_argument("--tokenizer", required=True, help="tokenizer folder or hub id")
     cs.add_argument("--gguf-file", default=None, help="GGUF file name inside --tokenizer")
     cs.add_argument("--canvas-len", type=int, default=None)
     cs.add_argument("--prompt-cap", type=int, default=None)
     cs.add_argument("--limit", type=int, default=None, help="read only the first N rows")
     cs.set_defaults(func=cmd_canvas_stats)
+
+    mm = sub.add_parser("mmlu-train", help="the MMLU training file: auxiliary-train questions + your rationales, "
+                                           "kept when their letter is the gold one, decontaminated (spec §7)")
+    mm.add_argument("--questions", default="hub",
+                    help="auxiliary-train questions: 'hub' (cais/mmlu, config auxiliary_train), 'hub:<dataset id>', "
+                         "data.tar's auxiliary_train/ folder of CSVs, a CSV, or JSONL/Parquet {question, choices, "
+                         "answer}")
+    mm.add_argument("--hub-config", default="auxiliary_train", help="hub config of --questions hub")
+    mm.add_argument("--hub-split", default="train", help="hub split of --questions hub")
+    mm.add_argument("--rationales", required=True, nargs="+",
+                    help="JSONL(.gz) from any generator: one rationale per line, with the question's key (--key) "
+                         "and the text (--text-field); several per question allowed")
+    mm.add_argument("--key", choices=("id", "question"), default="id",
+                    help="id: field 'id' = the question's 0-based index in the --questions order (or 'aux/<index>'); "
+                         "question: field 'question' = its text (matched after normalisation)")
+    mm.add_argument("--key-field", default=None, help="JSON field holding the key (default: the --key name)")
+    mm.add_argument("--text-field", default="rationale", help="JSON field holding the rationale text")
+    mm.add_argument("--output", required=True, help="training JSONL (prompt/response/answer/id/question_id/...)")
+    mm.add_argument("--report", required=True, help="JSON report: counts per drop reason, examples, contamination")
+    mm.add_argument("--benchmarks", default=None,
+                    help="MMLU test file to decontaminate against (default: the copy shipped with elfreg)")
+    mm.add_argument("--no-decontaminate", action="store_true", help="keep questions that match the test set")
+    mm.add_argument("--ngram", type=int, default=8)
+    mm.add_argument("--jaccard", type=float, default=0.5)
+    mm.set_defaults(func=cmd_mmlu_train)

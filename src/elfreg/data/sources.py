@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FORMATS = ("jsonl", "parquet", "hf", "disk", "auto")
-TASKS = ("math", "code")
+TASKS = ("math", "code", "choice")
 BAD_ROW_POLICIES = ("error", "skip")
 ROLES = ("prompt", "response", "answer", "id")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -33,8 +34,10 @@ def register(subparsers: Any) -> None:
                               description=__doc__)
     p.add_argument("--model", required=True, help="model directory (ElfModel.from_pretrained)")
     p.add_argument("--model2", default=None, help="a second model to compare (e.g. ELF vs ELF-REG)")
-    p.add_argument("--label", default=None, help="name of --model in the outputs (default: folder name)")
-    p.add_argument("--label2", default=None, help="name of --model2 in the outputs (default: folder name)")
+    p.add_argument("--label", default=None,
+                   help="name of --model in the outputs (default: its folder name, or as much of its path as tells it "
+                        "from --model2's, e.g. ELF/seed-0/model)")
+    p.add_argument("--label2", default=None, help="name of --model2 in the outputs (default: as --label)")
     p.add_argument("--prompts", required=True, help="JSONL: 'prompt' string, optional 'answer' and 'id' per line")
     p.add_argument("--out", required=True, help="output folder for diagnostics.json and diagnostics.png")
     p.add_argument("--steps", type=int, default=512, help="M: points of the master path (M - 1 denoiser calls)")
@@ -58,6 +61,20 @@ def register(subparsers: Any) -> None:
                    help="template: prompts are bare questions put in the model's saved template (as elfreg "
                         "generate); raw: prompts are already formatted")
     p.set_defaults(func=cmd_diagnose)
+
+
+def model_labels(paths: list[str]) -> list[str]:
+    """Default names of the compared models: their folder names, or, where those are equal, the shortest path tails
+    that differ (``ELF/seed-0/model`` vs ``ELF-REG/seed-0/model``); numbered only when the paths are the same."""
+    parts = [Path(os.path.abspath(p)).parts for p in paths]
+    names = [pp[-1] for pp in parts]
+    if len(set(names)) == len(names):
+        return names
+    for n in range(2, max(len(pp) for pp in parts) + 1):
+        tails = ["/".join(pp[-n:]) for pp in parts]
+        if len(set(tails)) == len(tails):
+            return tails
+    return [f"{name} ({i + 1})" for i, name in enumerate(names)]
 
 
 def _default_readouts(m: int) -> list[int]:
@@ -110,9 +127,9 @@ def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], L
         print(f"elfreg diagnose: error: {exc}", file=sys.stderr)
         return 2
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    specs = [(args.label or Path(args.model).name, args.model)]
-    if args.model2:
-        specs.append((args.label2 or Path(args.model2).name, args.model2))
+    paths = [args.model] + ([args.model2] if args.model2 else [])
+    given = [args.label, args.label2][:len(paths)]
+    specs = [(g or d, path) for g, d, path in zip(given, model_labels(paths), paths)]
     if len({label for label, _ in specs}) != len(specs):
         specs = [(f"{label} ({i + 1})", path) for i, (label, path) in enumerate(specs)]
     results: dict[str, dict] = {}

@@ -4,7 +4,8 @@ from .benchmark import Benchmark, BenchmarkRegistry, Problem
 from .completions import Completion, CompletionsError, read_completions
 from .datasets import default_registry, load_benchmark
 from .metrics import pass_at_k, summarize
-from .protocol import PROTOCOLS, ProtocolEntry, protocol_entry, resolve_settings
+from .protocol import (PROTOCOLS, ProtocolEntry, ProtocolRun, paper_refs, protocol_entry, resolve_runs,
+                       resolve_settings)
 from .report import markdown_table, write_reports
 from ..sandbox import Sandbox, SandboxConfig
 from .scoring import ScoreOptions, score_completions
@@ -12,4 +13,4 @@ from .scoring import ScoreOptions, score_completions
 __all__ = ["Benchmark", "BenchmarkRegistry", "Problem", "Completion", "CompletionsError", "read_completions",
            "default_registry", "load_benchmark", "pass_at_k", "summarize", "markdown_table", "write_reports",
            "Sandbox", "SandboxConfig", "ScoreOptions", "score_completions", "PROTOCOLS", "ProtocolEntry",
-           "protocol_entry", "resolve_settings"]
+           "ProtocolRun", "paper_refs", "protocol_entry", "resolve_runs", "resolve_settings"]

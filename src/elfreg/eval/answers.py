@@ -66,15 +66,34 @@ def numbers_equal(pred: str | None, gold: str) -> bool:
         return False
 
 
+# MMLU option letters (spec §6: "option letter extracted from a rationale"). Phrases are matched case-blind, the
+# letter itself is a capital A-D (a lower-case one only inside parentheses), so "the answer is a matter of ..." never
+# reads as option A. A letter must not run on into a word ("Answer: Because" is not B).
+_LETTER = r"(?:\(([A-Da-d])\)|\b([A-D])\b(?![\w'-]))"
+_CHOICE_CONCLUSIONS = re.compile("|".join([
+    # "The answer is (C)", "the correct answer is: C", "Final answer: **B**", "answer would be option D"
+    r"(?i:\banswer)\s*(?i:is|would be|should be|must be|:|=)?\s*[:*]*\s*(?i:option|choice)?\s*\**\s*" + _LETTER,
+    # "The correct option is B", "the best choice is (A)", "the right option: D"
+    r"(?i:\b(?:correct|right|best|only)\s+(?:option|choice))\s*(?i:is|would be|:)?\s*[:*]*\s*\**" + _LETTER,
+    # "Option B is correct", "(C) is the correct answer", "Choice D is right"
+    r"(?:(?i:\b(?:option|choice))\s+)?" + _LETTER + r"\**\s+(?i:is\s+(?:the\s+)?(?:correct|right|best)\b)",
+    r"\\boxed\{\s*(?:\\text\{)?\s*" + _LETTER,  # \boxed{C}, \boxed{\text{C}}
+]))
+# A final line that is only an option mark: "(C)", "C", "C.", "**C**", "C) 42", "C: Paris".
+_CHOICE_LINE = re.compile(r"^\W*(?:\(([A-Da-d])\)|([A-D])(?:[.):]|\**$))")
+
+
 def extract_choice(text: str) -> str | None:
-    """MMLU letter: "The answer is (X)" / "Answer: X", else the last standalone A-D."""
-    m = list(re.finditer(r"answer is:?\s*\(?([ABCD])\)?", text, flags=re.IGNORECASE))
-    if m:
-        return m[-1].group(1).upper()
-    m = list(re.finditer(r"Answer:\s*\(?([ABCD])\)?", text))
-    if m:
-        return m[-1].group(1)
-    m = list(re.finditer(r"\(([ABCD])\)|\b([ABCD])\b", text))
-    if m:
-        return m[-1].group(1) or m[-1].group(2)
+    """MMLU option letter of a rationale: the last explicit conclusion ("The answer is (C)", "Answer: C",
+    "the correct option is C", "C is correct", "\\boxed{C}"), else a last line that is only an option mark
+    ("(C)", "C."); None when the text commits to no option (a bare "C" inside a sentence never counts)."""
+    hits = [m for m in _CHOICE_CONCLUSIONS.finditer(text)]
+    if hits:
+        last = hits[-1]
+        return next(g for g in last.groups() if g).upper()
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if lines:
+        m = _CHOICE_LINE.match(lines[-1])
+        if m:
+            return (m.group(1) or m.group(2)).upper()
     return None

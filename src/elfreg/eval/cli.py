@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from ..sandbox import ISOLATION_CHOICES, IsolationUnavailable, Sandbox, SandboxConfig, TimeRule
+from ..sandbox import ISOLATION_CHOICES, IsolationUnavailable, Sandbox, SandboxConfig
 from .completions import FIELDS, CompletionsError, read_completions
 from .datasets import default_registry
 from .protocol import parse_ks, validate_ks
@@ -14,7 +14,7 @@ from .report import markdown_table, write_reports
 from .scoring import ScoreOptions, score_completions
 
 
-from .run_model import register_run  # noqa: E402
+from .run_model import add_code_scoring_arguments, register_run, time_rule  # noqa: E402
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -34,9 +34,7 @@ def register(subparsers) -> argparse.ArgumentParser:
                          "program under bwrap; auto: the first of these that works, else refuse; none: opt out "
                          "of isolation (rlimits only; reports say UNISOLATED)")
     sc.add_argument("--memory-gb", type=float, default=4.0)
-    sc.add_argument("--min-time", type=float, default=4.0, help="per-test time floor in seconds (EvalPlus rule)")
-    sc.add_argument("--time-factor", type=float, default=4.0, help="x the reference solution's time")
-    sc.add_argument("--sample-cap", type=float, default=60.0, help="seconds per sample and test set, at most")
+    add_code_scoring_arguments(sc)
     sc.add_argument("--cache-dir", default=None, help="expected-output cache (default ~/.cache/elfreg/eval)")
     sc.add_argument("--allow-subset", action="store_true", help="score only problems present in the file")
     sc.add_argument("--k", default=None,
@@ -63,8 +61,8 @@ def run_score(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     opts = ScoreOptions(workers=args.workers, cache_dir=args.cache_dir, allow_subset=args.allow_subset,
-                        time_rule=TimeRule(args.min_time, args.time_factor, args.sample_cap),
-                        progress=not args.no_progress, ks=ks)
+                        time_rule=time_rule(args), progress=not args.no_progress, ks=ks,
+                        alias_helpers=args.alias_helpers)
     sandbox = None
     if bench.kind == "code":
         try:

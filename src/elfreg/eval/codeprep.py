@@ -6,24 +6,33 @@ Sample formats (docs/evaluation.md, "Sample files"):
   the program is ``prompt + completion``, as those tools build it, and is sanitized as a whole.
 * ``solution`` is a self-contained program (EvalPlus; what elfreg's models write): sanitized alone.
 
-Alias rule (spec §6): "if the expected function name is absent and the extracted code has exactly one
-top-level function, alias it to the expected name". elfreg reads "exactly one top-level function" as exactly
-one top-level function that is not a helper: a top-level ``def`` counts as a helper when another top-level
-definition (function, class or assignment) of the extracted code names it. So ``import math``, constants,
-helper functions, helper classes and stray statements (``print(f(3))``) neither block the rule nor count;
-two unrelated functions (or two that call each other) are ambiguous and are not aliased. The chosen
-function is sanitized as the entry point (so its helpers, imports and constants are kept) and bound to the
-expected name.
+Alias rule (spec §6, seeds/002:225): "if the expected function name is absent and the extracted code has exactly
+one top-level function, alias it to the expected name". The default is that rule as written: the extracted code
+(the code block the EvalPlus sanitizer reads) has exactly one top-level ``def`` (or ``async def``); imports,
+constants, classes and other statements do not count and do not block it; two top-level functions (a helper and
+the solution) are not aliased. The chosen function is sanitized as the entry point (so its imports, constants and
+classes are kept) and bound to the expected name.
+
+``helpers=True`` is elfreg's broader reading, kept as an option and reported in its own column, never as the
+paper's number: a top-level ``def`` that another top-level definition (function, class or assignment) names is a
+helper and not a candidate, so ``def helper …; def solve …`` aliases ``solve``; two unrelated functions (or two
+that call each other) stay ambiguous.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import re
 
 from .sanitize import extract_code, sanitize
 
 FORMATS = ("completion", "solution")
+ALIAS_RULE = "one-top-level-function"  # recorded in every scored code row: rows of another rule are rescored
+# Scoring modes of a code sample and how reports name them (one home): no alias, the paper's rule, elfreg's
+# helper-tolerant reading (an option, never the paper's number).
+ALIAS_MODES = {"noalias": "off", "alias": "paper rule (1 top-level function)",
+               "alias_helpers": "helper-tolerant (not the paper's)"}
 
 
 def _top_level_functions(code: str) -> list[str]:
@@ -60,15 +69,19 @@ def _drops_needed_definitions(code: str) -> bool:
     return bool(used - defined)
 
 
-def alias_target(code: str) -> str | None:
-    """The one top-level function of ``code`` that no other top-level definition names, else None."""
+def alias_target(code: str, helpers: bool = False) -> str | None:
+    """The function the alias rule binds to the expected name, else None.
+
+    Default (the paper's rule): the only top-level function of ``code``. ``helpers=True``: the one top-level
+    function that no other top-level definition names (elfreg's broader reading, see the module docstring).
+    """
     try:
         body = ast.parse(code).body
     except SyntaxError:
         return None
     funcs = [n.name for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    if len(funcs) <= 1:
-        return funcs[0] if funcs else None
+    if len(funcs) <= 1 or not helpers:
+        return funcs[0] if len(funcs) == 1 else None
     named: set[str] = set()
     for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)):
@@ -95,9 +108,10 @@ def sample_program(sample: str, fmt: str, prompt: str) -> str:
 
 
 def prepare_code(sample: str, entry_point: str, alias: bool, keep_all: bool = False, preamble: str = "",
-                 fmt: str = "solution", prompt: str = "") -> tuple[str, bool]:
+                 fmt: str = "solution", prompt: str = "", helpers: bool = False) -> tuple[str, bool]:
     """Sanitize a sample for ``entry_point``; returns (program, aliased).
 
+    ``alias``: apply the alias rule (the paper's; ``helpers=True``: elfreg's helper-tolerant reading).
     ``fmt``/``prompt``: the sample format and the benchmark's code prompt it continues (``completion``).
     ``keep_all`` keeps every definition (MBPP tasks whose test setup uses the solution's classes);
     ``preamble`` (HumanEval: the prompt, which defines helper functions the tests call) goes first,
@@ -108,7 +122,7 @@ def prepare_code(sample: str, entry_point: str, alias: bool, keep_all: bool = Fa
     code = _sanitized(text, None if keep_all else entry_point)
     if not alias or entry_point in _top_level_functions(code):
         return head + code, False
-    target = alias_target(extract_code(text))
+    target = alias_target(extract_code(text), helpers)
     if target is None or target == entry_point:
         return head + code, False
     if not keep_all:
@@ -116,3 +130,28 @@ def prepare_code(sample: str, entry_point: str, alias: bool, keep_all: bool = Fa
         if target not in _top_level_functions(code):  # e.g. a decorated function, which the sanitizer drops
             return head + code, False
     return f"{head}{code}\n\n{entry_point} = {target}\n", True
+
+
+_FENCE = re.compile(r"^\s*```", re.MULTILINE)
+
+
+def looks_like_solution(completion: str, entry_point: str) -> str | None:
+    """Why a ``completion`` sample looks like a self-contained ``solution`` (a whole answer rather than the
+    continuation of the prompt), else None: a markdown code fence, chat prose before any code (an unindented first
+    line that is not Python), or its own top-level ``def <entry_point>(``."""
+    if _FENCE.search(completion):
+        return "it has a markdown code fence"
+    first = next((ln for ln in completion.splitlines() if ln.strip()), "")
+    if first and not first[0].isspace():
+        if re.match(rf"(?:async\s+)?def\s+{re.escape(entry_point)}\s*\(", first) or \
+                re.search(rf"^(?:async\s+)?def\s+{re.escape(entry_point)}\s*\(", completion, re.MULTILINE):
+            return f"it defines {entry_point}() itself"
+        line = first.strip()
+        for text in (line, line + "\n    pass"):  # "for x in y:" opens a block: Python, not prose
+            try:
+                compile(text, "<completion>", "exec")
+                return None
+            except SyntaxError:
+                continue
+        return "it starts with prose, not Python"
+    return None

@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
+from elfreg.data.templates import choice_letter
+
 from . import prompts
 from .answers import extract_choice, extract_gsm8k
 from .benchmark import Benchmark, BenchmarkRegistry, Problem, sha256_file
@@ -173,33 +175,60 @@ def load_mbpp_plus(path: str | None = None) -> Benchmark:
                      code_tests=("base", "plus"), data_version=version)
 
 
-def load_mmlu(path: str | None = None) -> Benchmark:
-    """MMLU from the official CSV folder (``test/*_test.csv``), one CSV, or JSONL {question, choices, answer}."""
-    if not path:
-        raise ValueError("mmlu: no default copy exists; pass --data PATH (official data/ folder, a CSV or a JSONL)")
-    p = Path(path)
-    files = sorted((p / "test").glob("*_test.csv")) if (p / "test").is_dir() else (
-        sorted(p.glob("*_test.csv")) if p.is_dir() else [p])
-    if not files or not files[0].exists():
-        raise FileNotFoundError(f"mmlu: no *_test.csv files or file at {p}")
-    probs = []
-    for f in files:
-        if f.suffix in (".jsonl", ".gz"):
-            for i, r in enumerate(read_jsonl(f)):
-                ans = r["answer"] if isinstance(r["answer"], str) else "ABCD"[int(r["answer"])]
-                subj = r.get("subject", f.stem)
-                probs.append(Problem(f"{subj}/{i}", r["question"], f"The answer is ({ans})", ans,
-                                     extra={"choices": list(r["choices"]), "subject": subj}))
-            continue
-        subj = f.name.removesuffix("_test.csv")
-        with open(f, newline="", encoding="utf-8") as fh:
-            for i, row in enumerate(csv.reader(fh)):
-                if len(row) != 6 or row[5] not in ("A", "B", "C", "D"):
-                    raise ValueError(f"{f}:{i + 1}: expected question,A,B,C,D,answer")
-                probs.append(Problem(f"{subj}/{i}", row[0], f"The answer is ({row[5]})", row[5],
-                                     extra={"choices": row[1:5], "subject": subj}))
-    digest = sha256_file(files[0]) if len(files) == 1 else "multi:" + str(len(files))
-    return Benchmark("mmlu", "choice", probs, str(p), digest, prompts.choice_prompt, answer_extractor=extract_choice)
+def _mmlu_problem(r: dict, task_id: str, where: str) -> Problem:
+    """One MMLU row {subject, question, choices[4], answer A-D or 0-3} as a Problem; bad rows name ``where``."""
+    choices, ans = r.get("choices"), choice_letter(r.get("answer"))
+    if not isinstance(r.get("question"), str) or not isinstance(choices, list) or len(choices) != 4 \
+            or not all(isinstance(c, str) for c in choices) or ans is None:
+        raise ValueError(f"{where}: expected an MMLU row {{question, choices: 4 strings, answer: A-D or 0-3}}")
+    return Problem(task_id, r["question"], f"The answer is ({ans})", ans,
+                   extra={"choices": list(choices), "subject": r.get("subject", "")})
+
+
+def _mmlu_csvs(p: Path) -> list[Path]:
+    """The release layout: a folder with ``test/*_test.csv``, a folder of ``*_test.csv``, or one CSV."""
+    if (p / "test").is_dir():
+        return sorted((p / "test").glob("*_test.csv"))
+    return sorted(p.glob("*_test.csv")) if p.is_dir() else [p]
+
+
+def load_mmlu(path: str | None = None, name: str = "mmlu") -> Benchmark:
+    """MMLU test (14,042; ``mmlu_dev``: the 285 dev questions): gold = the option letter, read from a rationale.
+
+    Default: the copy shipped with elfreg (JSONL {subject, question, choices, answer}). ``path`` may also be the
+    release's CSV layout (``data/`` with ``test/<subject>_test.csv``, a folder of those CSVs, or one CSV) or a
+    JSONL with integer answers (the Hugging Face ``cais/mmlu`` export). Task ids are ``<subject>/<row in subject>``.
+    """
+    p = Path(path) if path else None
+    if p is None or p.suffix in (".jsonl", ".gz") or p.name.endswith(".jsonl.gz"):
+        p, digest, version = _resolve(name, path)
+        probs, seen = [], {}
+        for n, r in enumerate(read_jsonl(p), 1):
+            subj = r.get("subject") or "mmlu"
+            i = seen[subj] = seen.get(subj, -1) + 1
+            probs.append(_mmlu_problem(r, f"{subj}/{i}", f"{p}:{n}"))
+    else:
+        files = _mmlu_csvs(p)
+        if not files or not files[0].is_file():
+            raise FileNotFoundError(f"{name}: no *_test.csv files or file at {p}")
+        probs = []
+        for f in files:
+            subj = f.name.removesuffix("_test.csv").removesuffix(".csv")
+            with open(f, newline="", encoding="utf-8") as fh:
+                for i, row in enumerate(csv.reader(fh)):
+                    if len(row) != 6:
+                        raise ValueError(f"{f}:{i + 1}: expected question,A,B,C,D,answer (6 fields), got {len(row)}")
+                    probs.append(_mmlu_problem({"subject": subj, "question": row[0], "choices": row[1:5],
+                                                "answer": row[5]}, f"{subj}/{i}", f"{f}:{i + 1}"))
+        digest = sha256_file(files[0]) if len(files) == 1 else "csv:" + ",".join(sha256_file(f)[:12] for f in files)
+        version = None
+    return Benchmark(name, "choice", probs, str(p), digest, prompts.choice_prompt, answer_extractor=extract_choice,
+                     data_version=version)
+
+
+def load_mmlu_dev(path: str | None = None) -> Benchmark:
+    """The 285 MMLU dev questions (5 per subject), shipped with elfreg: a quick check of an MMLU model."""
+    return load_mmlu(path, "mmlu_dev")
 
 
 def default_registry() -> BenchmarkRegistry:
@@ -207,7 +236,7 @@ def default_registry() -> BenchmarkRegistry:
     reg = BenchmarkRegistry()
     for name, fn in (("gsm8k", load_gsm8k), ("math500", load_math500), ("humaneval", load_humaneval),
                      ("humaneval_plus", load_humaneval_plus), ("mbpp", load_mbpp), ("mbpp_plus", load_mbpp_plus),
-                     ("mmlu", load_mmlu)):
+                     ("mmlu", load_mmlu), ("mmlu_dev", load_mmlu_dev)):
         reg.register(name, fn)
     from elfreg.demo.benchmark import load_demo_arith, load_demo_chain  # the embedded demo's tasks
 

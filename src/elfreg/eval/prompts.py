@@ -8,7 +8,10 @@ in docs/evaluation.md; change them only with a version bump there.
 
 from __future__ import annotations
 
+from elfreg.data.templates import format_choice_question
+
 from .benchmark import Problem
+
 
 def gsm8k_prompt(p: Problem) -> str:
     """GSM8K: question, then the model reasons and ends with ``#### <number>``."""
@@ -21,10 +24,9 @@ def math_prompt(p: Problem) -> str:
 
 
 def choice_prompt(p: Problem) -> str:
-    """MMLU: question and lettered options; the rationale ends with ``The answer is (X)``."""
-    opts = "\n".join(f"({letter}) {text}" for letter, text in zip("ABCD", p.extra["choices"]))
-    return (f"{p.question.strip()}\n{opts}\n"
-            "Think step by step, then finish with \"The answer is (X)\" where X is A, B, C or D.")
+    """MMLU: question and lettered options; the rationale ends with ``The answer is (X)`` (the training rows'
+    text too: elfreg.data.templates.format_choice_question)."""
+    return format_choice_question(p.question, p.extra["choices"])
 
 
 def humaneval_prompt(p: Problem) -> str:

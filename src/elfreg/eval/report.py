@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .benchmark import Benchmark
+from .codeprep import ALIAS_MODES
 from .metrics import summarize
 from .protocol import default_ks, validate_ks
 
@@ -56,13 +57,19 @@ def build_summary(bench: Benchmark, rows: list[dict], opts, isolation: str | Non
 
     metrics: dict = {}
     if bench.kind == "code":
-        for mode in ("noalias", "alias"):
+        for mode in opts.code_modes:
             metrics[mode] = {"base": summarize(complete(_table(bench, rows, lambda r: r[mode].get("base") == "pass")),
                                                ks)}
             if "plus" in bench.code_tests:
                 metrics[mode]["plus"] = summarize(complete(_table(
                     bench, rows, lambda r: r[mode].get("base") == "pass" and r[mode].get("plus") == "pass")), ks)
         metrics["aliased_samples"] = sum(bool(r.get("aliased")) for r in rows)
+        if opts.alias_helpers:
+            metrics["aliased_samples_helpers"] = sum(bool(r.get("aliased_helpers")) for r in rows)
+        # `completion` rows that hold a whole answer (fences, prose, their own def): counted, each row says why
+        flagged = [r for r in rows if r.get("looks_like_solution")]
+        metrics["completions_looking_like_solutions"] = {
+            "rows": len(flagged), "failed": sum(r["noalias"].get("base") != "pass" for r in flagged)}
     else:
         metrics["accuracy"] = summarize(complete(_table(bench, rows, lambda r: bool(r["correct"]))), ks)
     opts_d = asdict(opts)
@@ -78,17 +85,48 @@ def build_summary(bench: Benchmark, rows: list[dict], opts, isolation: str | Non
     }
 
 
+def _blocks(met: dict) -> list[tuple[str, str | None, str | None, dict]]:
+    """(tests, alias mode, alias label, metrics) per table row: one row for a text benchmark, else per mode/tests."""
+    if "accuracy" in met:
+        return [("answer", None, "-", met["accuracy"])]
+    return [(tests, mode, ALIAS_MODES[mode], m) for mode in ALIAS_MODES if mode in met for tests, m in met[mode].items()]
+
+
+def paper_lines(summary: dict) -> list[str]:
+    """The paper figures the reported numbers compare with (same benchmark, sampler, NFE, ρ, w, samples), each
+    naming its table and seed line; or why none is shown."""
+    ev = summary.get("evaluation")
+    if not ev:
+        return []
+    refs = ev.get("paper_refs") or []
+    if not refs:
+        return ["Paper figures: none for these settings (they are not a sampling run of the paper's protocol)."]
+    out = ["Paper figures for the same benchmark, sampler, NFE, rho, w and samples (pass@k in %):"]
+    for tests, mode, label, _ in _blocks(summary["metrics"]):
+        alias = {"noalias": "off", "alias": "paper"}.get(mode) if mode else None
+        for r in refs:
+            if r["tests"] == (tests if mode else None) and r["alias"] == alias:
+                vals = ", ".join(f"{m} {v:.2f}" for m, v in r["values"]) or "no figure quoted"
+                where = f"{tests}, alias {label}: " if mode else ""
+                out.append(f"- {where}{r['metric']} vs {r['table']} ({r['source']}): {vals}"
+                           + (f" ({r['note']})" if r["note"] else ""))
+    if "alias_helpers" in summary["metrics"]:
+        out.append("- the helper-tolerant alias rows are elfreg's reading, not the paper's rule: no paper figure")
+    return out
+
+
 def markdown_table(summary: dict) -> str:
-    """A markdown table of the headline numbers (one column per reported pass@k) followed by the settings."""
+    """A markdown table of the headline numbers (one column per reported pass@k), the paper figures they compare
+    with, and the settings."""
     met = summary["metrics"]
-    blocks = [("answer", "-", met["accuracy"])] if "accuracy" in met else [
-        (tests, "on" if mode == "alias" else "off", m)
-        for mode in ("noalias", "alias") for tests, m in met[mode].items()]
-    ks = [k for k in blocks[0][2].get("ks", []) if k != 1]
-    lines = ["| benchmark | tests | alias | pass@1 (%) | std across seeds | "
-             + "".join(f"pass@{k} (%) | " for k in ks) + "problems | samples |",
-             "|---|---|---|---|---|" + "---|" * len(ks) + "---|---|"]
-    for tests, alias, m in blocks:
+    blocks = _blocks(met)
+    ks = [k for k in blocks[0][3].get("ks", []) if k != 1]
+    title = summary.get("run_label")
+    lines = [f"### {title}", ""] if title else []
+    lines += ["| benchmark | tests | alias | pass@1 (%) | std across seeds | "
+              + "".join(f"pass@{k} (%) | " for k in ks) + "problems | samples |",
+              "|---|---|---|---|---|" + "---|" * len(ks) + "---|---|"]
+    for tests, _, alias, m in blocks:
         lines.append(f"| {summary['benchmark']} | {tests} | {alias} | {100 * m['pass@1']:.2f} | "
                      f"{100 * m['pass@1_std_across_seeds']:.2f} | "
                      + "".join(f"{100 * m[f'pass@{k}']:.2f} | " for k in ks)
@@ -96,8 +134,17 @@ def markdown_table(summary: dict) -> str:
     lines.append("")
     pk = summary.get("pass_at_k", {})
     if pk.get("dropped_ks"):
-        lines.append(f"Not reported (k > {blocks[0][2]['samples_per_problem']} samples): "
+        lines.append(f"Not reported (k > {blocks[0][3]['samples_per_problem']} samples): "
                      + ", ".join(f"pass@{k}" for k in pk["dropped_ks"]))
+    long = summary.get("prompts_too_long") or {}
+    if long.get("count"):
+        lines.append(f"{long['count']} problems' prompts exceed the model's {long['limit']}-token prompt limit "
+                     f"(longest {long['longest']}): not generated, scored wrong (--long-prompts skip)")
+    looks = met.get("completions_looking_like_solutions")
+    if looks and looks["rows"]:
+        lines.append(f"{looks['rows']} `completion` rows look like self-contained `solution`s ({looks['failed']} of "
+                     "them failed); each row's detail says why. Save whole programs in the `solution` field.")
+    lines += paper_lines(summary)
     ev = summary.get("evaluation")
     if ev:
         lines.append(f"Protocol: {ev['protocol']}; " + ", ".join(
@@ -108,12 +155,18 @@ def markdown_table(summary: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def combined_markdown(summary: dict) -> str:
+    """The markdown of a run with several sampling runs (``summary["runs"]``): one section per run."""
+    return "\n".join(markdown_table(s) for s in summary["runs"].values())
+
+
 def write_reports(summary: dict, out_dir: str | Path) -> tuple[Path, Path]:
     """Write ``summary.json`` and ``summary.md`` atomically into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, text in (("summary.json", json.dumps(summary, indent=2)), ("summary.md", markdown_table(summary))):
+    md = combined_markdown(summary) if "runs" in summary else markdown_table(summary)
+    for name, text in (("summary.json", json.dumps(summary, indent=2)), ("summary.md", md)):
         tmp = out / (name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, out / name)

@@ -20,12 +20,33 @@ from elfreg.sampling.config import w_for_task
 from ..sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig, TimeRule
 from .datasets import default_registry
 from .completions import Completion
-from .protocol import parse_ks, protocol_names, resolve_settings
-from .report import markdown_table, write_reports
+from .protocol import parse_ks, protocol_names, resolve_runs
+from .report import combined_markdown, markdown_table, write_reports
 from .scoring import ScoreOptions, score_completions
 
-# The paper's inference guidance scale by benchmark kind (spec §5): GSM8K 3, MATH and code 2.
+# The inference guidance scale by benchmark kind: GSM8K 3, MATH and code 2 (spec §5); multiple choice (MMLU) 2,
+# a choice (the seeds give none; protocol.SRC["mmlu_w"]).
 W_TASK = {"gsm8k": "gsm8k", "math": "math", "code": "code", "choice": "math", "exact": "gsm8k"}
+
+
+def add_code_scoring_arguments(p: argparse.ArgumentParser) -> None:
+    """Code-scoring flags shared by `eval score` and `eval run`: the time rule and the helper-tolerant alias column."""
+    p.add_argument("--min-time", type=float, default=TimeRule.min_time_s,
+                   help=f"per-test time floor in seconds (default {TimeRule.min_time_s:g}: elfreg's deliberate "
+                        "choice, docs/evaluation.md 'Time limits'; EvalPlus 0.3.1's floor is 1.0 "
+                        "(DEFAULT_MIN_TIME_LIMIT): --min-time 1 gives its verdicts)")
+    p.add_argument("--time-factor", type=float, default=TimeRule.factor,
+                   help="limit = max(min-time, time-factor x the reference solution's time) (EvalPlus: 4)")
+    p.add_argument("--sample-cap", type=float, default=TimeRule.sample_cap_s,
+                   help="seconds per sample and test set, at most")
+    p.add_argument("--alias-helpers", action="store_true",
+                   help="also score elfreg's helper-tolerant alias reading (a helper + the solution is aliased) in "
+                        "its own column; never the paper's number (its rule: exactly one top-level function)")
+
+
+def time_rule(args: argparse.Namespace) -> TimeRule:
+    """The time rule of the parsed code-scoring flags."""
+    return TimeRule(args.min_time, args.time_factor, args.sample_cap)
 
 
 def register_run(sub) -> None:
@@ -41,10 +62,17 @@ def register_run(sub) -> None:
     p.add_argument("--workers", type=int, default=2, help="scoring workers")
     p.add_argument("--isolation", default="auto", choices=list(ISOLATION_CHOICES))
     p.add_argument("--protocol", default="none",
-                   help=f"one of {', '.join(protocol_names())}: per-benchmark sampler, NFE, rho, w, samples and "
-                        "pass@k (docs/evaluation.md); any flag given on the command line overrides it")
+                   help=f"one of {', '.join(protocol_names())}: per-benchmark sampling runs (sampler, NFE, rho, w, "
+                        "samples) and pass@k (docs/evaluation.md); any flag given on the command line overrides it "
+                        "in every run. MATH-500 under 'paper' is two runs (128 NFE: pass@1; 64 NFE: pass@10/16), "
+                        "each in its own subfolder")
     p.add_argument("--k", default=None,
                    help="pass@k to report, e.g. 1,4,10 (each <= --samples; default: the paper's ks that fit)")
+    p.add_argument("--long-prompts", choices=("error", "skip"), default="error",
+                   help="a question longer than the model's prompt limit: error (default, before any generation), or "
+                        "skip: not generated, scored wrong and counted in the report (MMLU has questions of ~1,000 "
+                        "tokens)")
+    add_code_scoring_arguments(p)
     add_sampler_arguments(p)
     # None = "not given", so a protocol can fill it and the report can say where each value came from.
     p.set_defaults(func=cmd_eval_run, sampler=None, nfe=None, rho=None, samples=None)
@@ -86,50 +114,138 @@ def generation_settings(path: Path) -> dict:
     return {k: first.get(k) for k in keys}
 
 
-def cmd_eval_run(args: argparse.Namespace) -> int:
-    """Entry point of `elfreg eval run`; returns an exit code."""
+def _cached_loader():
+    """``elfreg generate``'s model loader, loading each (model, device, prompt format) once: the runs of one
+    protocol entry share the model."""
+    from elfreg.sampling.cli import load_elf_model
+
+    cache: dict = {}
+
+    def load(path, device, prompt_format="template"):
+        key = (str(path), str(device), prompt_format)
+        if key not in cache:
+            cache[key] = load_elf_model(path, device, prompt_format)
+        return cache[key]
+
+    return load
+
+
+def _generation_device(args: argparse.Namespace):
+    """The device `elfreg generate` picks for these flags (``--device``, else cuda:LOCAL_RANK, else cpu)."""
+    import os
+
+    import torch
+
+    if args.device:
+        return torch.device(args.device)
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if torch.cuda.is_available() \
+        else torch.device("cpu")
+
+
+def split_long_prompts(args: argparse.Namespace, bench, problems, load) -> tuple[list, dict]:
+    """(problems whose prompt fits the model, record of those that do not) under ``--long-prompts``.
+
+    The prompt is measured as generation encodes it (the model's template around the question); ``error`` raises
+    ValueError before any generation, naming the count, the limit and the longest."""
+    from elfreg.sampling.pipeline import prompt_limit
+
+    loaded = load(args.model, _generation_device(args), getattr(args, "prompt_format", "template"))
+    limit = prompt_limit(int(loaded.network.config.max_len), loaded.max_prompt_len)
+    lengths = [len(ids) for ids in loaded.encoder.prompt_token_ids([bench.format_prompt(p) for p in problems])]
+    long = [(p.task_id, n) for p, n in zip(problems, lengths) if n > limit]
+    record = {"limit": limit, "count": len(long), "task_ids": [t for t, _ in long],
+              "longest": max((n for _, n in long), default=0)}
+    if long and (args.long_prompts == "error" or len(long) == len(problems)):
+        worst = max(long, key=lambda x: x[1])
+        raise ValueError(f"--long-prompts: {len(long)} of {len(problems)} {bench.name} prompts exceed the model's "
+                         f"{limit}-token prompt limit (longest: {worst[0]}, {worst[1]} tokens); "
+                         + ("none is left to generate: use a model with a larger model.max_prompt_len"
+                            if len(long) == len(problems) else "pass --long-prompts skip to score them as wrong "
+                            "(counted in the report), or use a model with a larger model.max_prompt_len"))
+    too_long = {t for t, _ in long}
+    return [p for p in problems if p.task_id not in too_long], record
+
+
+def _one_run(args: argparse.Namespace, bench, problems, resolved, out: Path, sandbox, load,
+             skipped: dict) -> dict | int:
+    """Generate and score one sampling run in ``out``; returns its summary, or generate's exit code on failure.
+
+    Problems in ``skipped`` (prompts over the limit) are not generated: each of their samples is an empty answer,
+    scored wrong, so `eval score` on samples.jsonl gives the same numbers."""
     from elfreg.sampling.cli import cmd_generate
 
+    out.mkdir(parents=True, exist_ok=True)
+    prompts_path, gens_path = out / "prompts.jsonl", out / "generations.jsonl"
+    skip = set(skipped["task_ids"]) if skipped["count"] else set()
+    write_prompts(bench, [p for p in problems if p.task_id not in skip], prompts_path)
+    run_args = argparse.Namespace(**vars(args))
+    for key in ("sampler", "nfe", "rho", "samples", "w", "task"):
+        setattr(run_args, key, resolved.values[key])
+    gen_args = argparse.Namespace(**vars(run_args), prompts=str(prompts_path), prompt_field="prompt")
+    gen_args.out = str(gens_path)
+    code = cmd_generate(gen_args, load)
+    if code != 0:
+        return code
+    comps = completions_from_generations(gens_path)
+    comps += [Completion(p.task_id, k, "", 0) for p in problems if p.task_id in skip
+              for k in range(resolved.values["samples"])]
+    write_samples(bench, comps, out / "samples.jsonl")
+    opts = ScoreOptions(workers=args.workers, allow_subset=args.limit is not None, time_rule=time_rule(args),
+                        progress=not args.no_progress, ks=resolved.values["ks"], alias_helpers=args.alias_helpers)
+    summary = score_completions(bench, comps, out / "results.jsonl", opts, sandbox)
+    summary.update(model=str(args.model), generation=generation_settings(gens_path),
+                   samples_per_problem=resolved.values["samples"], problems=len(problems),
+                   evaluation=resolved.as_dict(), prompts_too_long=skipped)
+    if resolved.label:
+        summary["run_label"] = (f"{resolved.label}: {resolved.values['sampler']}, {resolved.values['nfe']} NFE, "
+                                f"pass@{', pass@'.join(map(str, resolved.values['ks']))}")
+    summary["pass_at_k"].update(dropped_ks=list(resolved.ks_dropped), ks_from=resolved.origin["ks"])
+    write_reports(summary, out)
+    return summary
+
+
+def cmd_eval_run(args: argparse.Namespace) -> int:
+    """Entry point of `elfreg eval run`; returns an exit code.
+
+    One sampling run writes its files into ``--out``; a protocol entry with several runs (MATH-500 under "paper")
+    writes each into ``--out/<label>`` and a combined summary.json / summary.md into ``--out``."""
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit: need >= 1, got {args.limit}")
     registry = default_registry()
     if args.benchmark not in registry.names():
         raise ValueError(f"--benchmark: unknown benchmark {args.benchmark!r}; one of {', '.join(registry.names())}")
-    resolved = resolve_settings(args.protocol, args.benchmark,
-                                {k: getattr(args, k, None) for k in ("sampler", "nfe", "rho", "samples", "w", "task")}
-                                | {"ks": parse_ks(args.k) if args.k is not None else None})
+    runs = resolve_runs(args.protocol, args.benchmark,
+                        {k: getattr(args, k, None) for k in ("sampler", "nfe", "rho", "samples", "w", "task")}
+                        | {"ks": parse_ks(args.k) if args.k is not None else None})
+    TimeRule(args.min_time, args.time_factor, args.sample_cap)  # bad time flags fail before any work
     bench = registry.load(args.benchmark, args.data)
-    if resolved.values["w"] is None:  # a w preset by name (--task, else the benchmark kind's): record the number
-        task = resolved.values["task"] or W_TASK[bench.kind]
-        resolved = dataclasses.replace(resolved, values={**resolved.values, "task": task, "w": w_for_task(task)})
+    for i, resolved in enumerate(runs):
+        if resolved.values["w"] is None:  # a w preset by name (--task, else the benchmark kind's): record the number
+            task = resolved.values["task"] or W_TASK[bench.kind]
+            runs[i] = dataclasses.replace(resolved, values={**resolved.values, "task": task, "w": w_for_task(task)})
     problems = bench.problems[: args.limit] if args.limit else bench.problems
     # Before any generation: code scoring refuses to run without isolation (unless --isolation none).
     sandbox = Sandbox(SandboxConfig(isolation=args.isolation)) if bench.kind == "code" else None
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    prompts_path, gens_path = out / "prompts.jsonl", out / "generations.jsonl"
-    write_prompts(bench, problems, prompts_path)
-    for key in ("sampler", "nfe", "rho", "samples", "w", "task"):
-        setattr(args, key, resolved.values[key])
-    gen_args = argparse.Namespace(**vars(args), prompts=str(prompts_path), prompt_field="prompt")
-    gen_args.out = str(gens_path)
-    code = cmd_generate(gen_args)
-    if code != 0:
-        if sandbox is not None:
-            sandbox.close()
-        return code
-    comps = completions_from_generations(gens_path)
-    write_samples(bench, comps, out / "samples.jsonl")
-    opts = ScoreOptions(workers=args.workers, allow_subset=args.limit is not None, time_rule=TimeRule(),
-                        progress=not args.no_progress, ks=resolved.values["ks"])
+    load = _cached_loader()
+    summaries: dict[str, dict] = {}
     try:
-        summary = score_completions(bench, comps, out / "results.jsonl", opts, sandbox)
+        _, skipped = split_long_prompts(args, bench, problems, load)
+        for resolved in runs:
+            res = _one_run(args, bench, problems, resolved, out / resolved.label if resolved.label else out,
+                           sandbox, load, skipped)
+            if isinstance(res, int):
+                return res
+            summaries[resolved.label] = res
     finally:
         if sandbox is not None:
             sandbox.close()
-    summary.update(model=str(args.model), generation=generation_settings(gens_path),
-                   samples_per_problem=args.samples, problems=len(problems), evaluation=resolved.as_dict())
-    summary["pass_at_k"].update(dropped_ks=list(resolved.ks_dropped), ks_from=resolved.origin["ks"])
-    write_reports(summary, out)
-    print(markdown_table(summary))
+    if len(runs) == 1:
+        print(markdown_table(summaries[runs[0].label]))
+        return 0
+    combined = {"benchmark": bench.name, "model": str(args.model), "protocol": args.protocol,
+                "runs": {label: s for label, s in summaries.items()},
+                "run_folders": {label: str(out / label) for label in summaries}}
+    write_reports(combined, out)
+    print(combined_markdown(combined))
     return 0

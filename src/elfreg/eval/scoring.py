@@ -17,7 +17,7 @@ from ..sandbox.expected import ExpectedOutputs, revoke_isolated_key
 from ..sandbox.oracle import dataset_of
 from .answers import extract_choice, extract_gsm8k, numbers_equal
 from .benchmark import Benchmark, Problem
-from .codeprep import prepare_code
+from .codeprep import ALIAS_MODES, ALIAS_RULE, looks_like_solution, prepare_code
 from .completions import Completion
 from .mathcheck import verify_many
 
@@ -35,6 +35,12 @@ class ScoreOptions:
     math_timeout_s: int = 5
     progress: bool = True
     ks: tuple[int, ...] | None = None  # reported pass@k; None = the paper's ks that fit the samples (protocol.py)
+    alias_helpers: bool = False  # code: also score elfreg's helper-tolerant alias reading, in its own column
+
+    @property
+    def code_modes(self) -> tuple[str, ...]:
+        """The code scoring modes of a row (codeprep.ALIAS_MODES): no alias, the paper's rule, [helper-tolerant]."""
+        return tuple(m for m in ALIAS_MODES if m != "alias_helpers" or self.alias_helpers)
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -111,20 +117,20 @@ def score_program(bench: Benchmark, p: Problem, program: str, sandbox: Sandbox, 
 
 
 def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, expected: ExpectedOutputs,
-                rule: TimeRule) -> dict:
-    row: dict = {"task_id": c.task_id, "sample": c.sample}
+                rule: TimeRule, modes: tuple[str, ...] = ("noalias", "alias")) -> dict:
+    row: dict = {"task_id": c.task_id, "sample": c.sample, "alias_rule": ALIAS_RULE}
     cache: dict[str, dict] = {}
-    for mode in ("noalias", "alias"):
+    for mode in modes:
         try:
-            program, aliased = prepare_code(c.completion, p.entry_point or "", alias=mode == "alias",
+            program, aliased = prepare_code(c.completion, p.entry_point or "", alias=mode != "noalias",
                                             keep_all=bool(p.extra.get("keep_all")),
                                             preamble=p.extra.get("preamble", ""), fmt=c.format,
-                                            prompt=p.extra.get("code_prompt", ""))
+                                            prompt=p.extra.get("code_prompt", ""), helpers=mode == "alias_helpers")
         except Exception as e:  # noqa: BLE001 - the sanitizer choking on garbage is a failed sample
             row[mode] = {"base": "fail", "detail": f"sanitizer: {type(e).__name__}"}
             continue
-        if mode == "alias":
-            row["aliased"] = aliased
+        if mode != "noalias":
+            row["aliased" if mode == "alias" else "aliased_helpers"] = aliased
         if program in cache:
             row[mode] = cache[program]
             continue
@@ -137,7 +143,20 @@ def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, e
             res = {"base": "error", "detail": "the harness failed on this sample (the log has the traceback)"}
         cache[program] = res
         row[mode] = res
+    why = looks_like_solution(c.completion, p.entry_point or "") if c.format == "completion" else None
+    if why:  # a whole answer saved as a continuation of the prompt: say so where the verdict is read
+        row["looks_like_solution"] = why
+        note = (f"this `completion` looks like a self-contained `solution` ({why}); it was scored as prompt + "
+                "completion: save whole programs in the `solution` field")
+        for mode in modes:
+            if row[mode].get("base") != "pass" or row[mode].get("plus") not in (None, "pass"):
+                row[mode] = dict(row[mode], detail=f"{note}; {row[mode].get('detail', '')}".rstrip("; "))
     return row
+
+
+def _reusable(row: dict, modes: tuple[str, ...]) -> bool:
+    """A code row from an earlier run counts only if scored under today's alias rule in every wanted mode."""
+    return row.get("alias_rule") == ALIAS_RULE and all(m in row for m in modes)
 
 
 def score_completions(bench: Benchmark, completions: list[Completion], results_path: str | Path | None = None,
@@ -150,7 +169,8 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
     if unknown:
         raise ValueError(f"line {unknown[0].line}: unknown task_id {unknown[0].task_id!r} for {bench.name}")
     results = ResultsFile(results_path)
-    todo = [c for c in completions if (c.task_id, c.sample) not in results.rows]
+    todo = [c for c in completions if (c.task_id, c.sample) not in results.rows
+            or bench.kind == "code" and not _reusable(results.rows[(c.task_id, c.sample)], opts.code_modes)]
     isolation = None
     try:
         if bench.kind == "code":
@@ -159,8 +179,8 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
             expected = ExpectedOutputs(bench, sandbox, opts.cache_dir, opts.workers).load_or_compute(
                 opts.progress, only={c.task_id for c in todo})
             with ThreadPoolExecutor(opts.workers) as ex:
-                futs = [ex.submit(_score_code, bench, bench.by_id[c.task_id], c, sandbox, expected, opts.time_rule)
-                        for c in todo]
+                futs = [ex.submit(_score_code, bench, bench.by_id[c.task_id], c, sandbox, expected, opts.time_rule,
+                                  opts.code_modes) for c in todo]
                 for f in tqdm(futs, disable=not opts.progress, desc=f"scoring {bench.name}"):
                     results.add(dict(f.result(), isolation=isolation))  # each row says how it ran
         else:
@@ -181,7 +201,7 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
         seen = sorted({str(r.get("isolation")) for r in rows} | {str(isolation)})
         summary["settings"]["isolation"] = " | ".join(seen)
         summary["isolated"] = all(s.startswith("bwrap") for s in seen)
-        summary["error_samples"] = sum(any(r.get(m, {}).get(k) == "error" for m in ("noalias", "alias")
+        summary["error_samples"] = sum(any(r.get(m, {}).get(k) == "error" for m in opts.code_modes
                                            for k in ("base", "plus")) for r in rows)
     summary["settings"]["sample_format"] = sorted({c.format for c in completions})
     summary["data_version"] = bench.data_version  # None: not byte-identical to the shipped copy

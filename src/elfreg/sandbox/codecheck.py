@@ -299,8 +299,12 @@ def run_io(sandbox: Sandbox, program: str, problem, dataset: str, tests: list[IO
     if not limits:
         return {s.name: CheckResult("pass") for s in tests}
     stream = _IOStream(tests, limits, dataset, problem)
-    # EvalPlus: each test set at most sample_cap (its sum of limits if smaller); +1 s for loading the program.
-    cap = sum(min(rule.sample_cap_s, sum(limits[o:o + k])) for o, k in zip(starts, sizes)) + 1.0
+    # Each test set at most max(sample_cap, factor x its total reference time) (EvalPlus: 60 s; the second term
+    # keeps a huge reference within reach on a slow machine), and never more than its inputs' limits added up;
+    # +1 s for loading the program.
+    ref = [e["t"] for s in tests for e in s.expected]
+    cap = sum(min(max(rule.sample_cap_s, rule.factor * sum(ref[o:o + k])), sum(limits[o:o + k]))
+              for o, k in zip(starts, sizes)) + 1.0
     payload = {"mode": "io", "program": program, "entry_point": problem.entry_point,
                "inputs": "[" + ",".join(s.inputs_text for s in tests if s.inputs_text) + "]"}
     res = sandbox.run(payload, deadline_s=cap, stream=stream)

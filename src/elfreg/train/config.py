@@ -58,7 +58,13 @@ class TrainConfig:
     # EOS-padding position); measured on the demo, see docs/training.md "Standardisation statistics"
     stats_positions: Literal["response", "unpadded"] = "unpadded"
     match_backbones: bool = True  # take feature/teacher/reg widths and vocab size from the loaded backbones
-    init_from: str | None = None  # model folder or checkpoint to start from (MATH: the GSM8K run's epoch-7.5)
+    init_from: str | None = None  # checkpoint (or model folder) to start from (MATH: the GSM8K run's epoch-7.5)
+    # What continues from init_from (docs/training.md "The MATH start"): the student's weights are the checkpoint's
+    # online weights or its EMA weights; the optimiser state (Muon momentum, AdamW moments) continues or starts
+    # fresh. The EMA always continues from the checkpoint's EMA. Defaults: the paper's "continues training"
+    # (seeds/002:192) read as one run whose data changes: online weights and optimiser state continue.
+    init_weights: Literal["online", "ema"] = "online"
+    init_optimizer: Literal["continue", "fresh"] = "continue"
     tensorboard: bool = False
     wandb_project: str | None = None
     progress: bool = True
@@ -95,6 +101,10 @@ class TrainConfig:
         check(self.muon_impl in ("auto", "torch", "reference"), "train.muon_impl", f"unknown {self.muon_impl!r}")
         check(self.precision in ("auto", "bf16", "fp32"), "train.precision", f"unknown {self.precision!r}")
         check(self.parallel in ("ddp", "fsdp"), "train.parallel", f"unknown {self.parallel!r}")
+        check(self.init_weights in ("online", "ema"), "train.init_weights",
+              f"unknown {self.init_weights!r}; choose 'online' (the checkpoint's trained weights) or 'ema'")
+        check(self.init_optimizer in ("continue", "fresh"), "train.init_optimizer",
+              f"unknown {self.init_optimizer!r}; choose 'continue' or 'fresh'")
         check(not (self.parallel == "fsdp" and self.muon_impl == "torch"), "train.muon_impl",
               "torch.optim.Muon cannot orthogonalise FSDP-sharded matrices; use reference (or auto)")
 
@@ -103,7 +113,7 @@ class TrainConfig:
 class DataConfig:
     """Where examples come from and how features are made (spec §2, §7)."""
 
-    task: Literal["math", "code"] = "math"
+    task: Literal["math", "code", "choice"] = "math"  # choice: multiple-choice rationales (MMLU, configs/mmlu)
     sources: list[dict] = field(default_factory=list)  # SourceSpec mappings (see docs/data.md)
     shuffle_buffer: int = 10_000
     epochs: int | None = None  # caps the stream; None: loop until the run's length (train.steps or train.epochs)
@@ -112,7 +122,7 @@ class DataConfig:
     cache_dir: str | None = None  # cached mode; default <output>/feature-cache
 
     def __post_init__(self) -> None:
-        check(self.task in ("math", "code"), "data.task", f"unknown {self.task!r}")
+        check(self.task in ("math", "code", "choice"), "data.task", f"unknown {self.task!r}")
         check(self.shuffle_buffer >= 1, "data.shuffle_buffer", "must be >= 1")
         check(self.epochs is None or self.epochs >= 1, "data.epochs", "must be >= 1 or null")
         check(self.features in ("online", "cached"), "data.features", f"unknown {self.features!r}")
@@ -162,7 +172,14 @@ class PaperBudget:
     epochs: float | None = None
     tokens: float | None = None  # prompt + response + EOS, no padding, over the whole run
     init_tokens: float | None = None  # part of ``tokens`` spent by the run it starts from (MATH: 7.5 GSM8K epochs)
+    # epochs the ``tokens`` figure covers when it is not this run's (the GSM8K baselines: the paper's token column
+    # is ELF-REG's 12 epochs, the baselines train 18 and 15); the plan scales it per epoch
+    tokens_epochs: float | None = None
     global_batch: int | None = None
+    ema_decay: float | None = None  # the paper's EMA decay, when known (printed beside the run's)
+    start: str = ""  # where the run starts, as the paper says it (MATH: the GSM8K epoch-7.5 weights)
+    # epochs at which the paper compares this model: [{epoch, note}] (Table 2's final epochs, Fig. 3, Table 5)
+    compare: list[dict] = field(default_factory=list)
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -170,6 +187,11 @@ class PaperBudget:
         check(self.tokens is None or self.tokens > 0, "paper.tokens", "must be > 0")
         check(self.init_tokens is None or self.tokens is not None and 0 <= self.init_tokens < self.tokens,
               "paper.init_tokens", "must lie in [0, paper.tokens)")
+        check(self.tokens_epochs is None or self.tokens_epochs > 0, "paper.tokens_epochs", "must be > 0")
+        for i, c in enumerate(self.compare):
+            check(isinstance(c, dict) and set(c) == {"epoch", "note"} and isinstance(c["epoch"], (int, float))
+                  and c["epoch"] > 0 and isinstance(c["note"], str), f"paper.compare[{i}]",
+                  f"expected {{epoch: > 0, note: text}}, got {c!r}")
 
 
 @dataclass

@@ -15,6 +15,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
@@ -103,6 +104,46 @@ def count_lengths(examples: Iterable[dict], task: str, tokenizer: Any, add_speci
     return RowLengths(np.asarray(prompt_n, dtype=np.int64), np.asarray(response_n, dtype=np.int64), rows_read, bad)
 
 
+def init_source(path: str | Path) -> tuple[Path | None, Path]:
+    """(checkpoint folder or None, model folder) of ``train.init_from``: a checkpoint (``ckpt-N``, or an
+    ``epoch-7.5`` link to one) holds the online weights, the optimiser state and ``model/`` (the EMA weights and
+    statistics); a model folder holds the EMA weights and statistics only."""
+    p = Path(path)
+    if (p / "model" / "config.json").is_file():
+        return p, p / "model"
+    if (p / "config.json").is_file():
+        return None, p
+    raise FileNotFoundError(f"train.init_from: {p} is neither a checkpoint (ckpt-N or epoch-E, with model/ and "
+                            "weights.safetensors) nor a model folder (config.json)")
+
+
+def check_init(tc, ckpt: Path | None, where: Path) -> None:
+    """What ``train.init_weights`` / ``train.init_optimizer`` need is in the start folder (errors name the field)."""
+    if ckpt is None and tc.init_weights == "online":
+        raise ConfigError(f"train.init_weights: 'online' needs a checkpoint with the trained weights; {where} is a "
+                          "model folder (EMA weights only): point train.init_from at the run's ckpt-N / epoch-E "
+                          "folder, or set train.init_weights=ema")
+    if ckpt is None and tc.init_optimizer == "continue":
+        raise ConfigError(f"train.init_optimizer: 'continue' needs a checkpoint with the optimiser state; {where} "
+                          "is a model folder: point train.init_from at the run's ckpt-N / epoch-E folder, or set "
+                          "train.init_optimizer=fresh")
+
+
+def start_of(cfg) -> dict | None:
+    """The run's start, for the plan: where from, which weights, whether the optimiser continues, and whether the
+    folder is there yet (a MATH run is usually planned before its GSM8K run has reached epoch 7.5)."""
+    tc = cfg.train
+    if not tc.init_from:
+        return None
+    try:
+        ckpt, _ = init_source(tc.init_from)
+        present = "checkpoint" if ckpt is not None else "model folder"
+        check_init(tc, ckpt, Path(tc.init_from))
+    except FileNotFoundError:
+        present = "not there yet"
+    return {"from": tc.init_from, "weights": tc.init_weights, "optimizer": tc.init_optimizer, "found": present}
+
+
 @dataclass
 class TrainPlan:
     """What a run will do, computed before it starts (printed by ``elfreg train --dry-run``, saved as plan.json)."""
@@ -124,6 +165,9 @@ class TrainPlan:
     warmup_fraction: float
     epoch_steps: dict[str, int] = field(default_factory=dict)  # kept epoch checkpoint -> its step
     paper: dict | None = None  # the preset's paper budget (RunConfig.paper), printed side by side
+    ema_decay: float = 0.0
+    start: dict | None = None  # train.init_from and what continues from it (start_of)
+    compare_steps: dict[str, int] = field(default_factory=dict)  # epochs where the paper compares -> their step
 
     @property
     def overflow(self) -> int:
@@ -183,16 +227,71 @@ def make_plan(cfg, lengths: RowLengths | None = None, rows: int | None = None, o
         epoch_steps[epoch_key(e)] = s
     run_tokens = int(round(tokens_per_epoch * steps * gb / rows)) if rows else 0
     paper = None
+    compare_steps = {}
     if cfg.paper is not None:
         from elfreg.configtools import to_dict
 
         paper = to_dict(cfg.paper)
+        compare_steps = {epoch_key(c["epoch"]): steps_for_epochs(c["epoch"], rows, gb) for c in cfg.paper.compare}
     return TrainPlan(rows_read=rows_read if rows_read is not None else rows + skipped + bad, rows=rows,
                      bad_rows=bad, overflow_prompt=overflow[0], overflow_canvas=overflow[1],
                      overflow_fraction=frac, mean_tokens=tokens_per_epoch / rows if rows else 0.0,
                      max_tokens=max_tokens or 0, tokens_per_epoch=tokens_per_epoch, global_batch=gb,
                      epochs=epochs, steps=steps, tokens=run_tokens, warmup_steps=warmup,
-                     warmup_fraction=warmup / steps if steps else 0.0, epoch_steps=epoch_steps, paper=paper)
+                     warmup_fraction=warmup / steps if steps else 0.0, epoch_steps=epoch_steps, paper=paper,
+                     ema_decay=tc.ema_decay, start=start_of(cfg), compare_steps=compare_steps)
+
+
+class SourcesUnreachable(OSError):
+    """The plan needs the Hugging Face hub and the hub cannot be reached; the message names each source and how to
+    point it at a local copy."""
+
+
+def _hub_tokenizer_cached(name: str, gguf_file: str | None, revision: str | None) -> bool:
+    from elfreg.backbones import load_tokenizer
+
+    try:
+        load_tokenizer(name, gguf_file, revision, local_files_only=True)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def check_sources(cfg, probe=None) -> bool:
+    """Fail fast when the plan reads from an unreachable Hugging Face hub; returns True when the hub is unreachable
+    but everything the plan needs is local (so the tokenizer is read from the cache only, without retries).
+
+    The plan reads the encoder's tokenizer (``backbones.encoder``) and every data source; a hub id is remote unless
+    it is a local folder, and a hub tokenizer already in the local cache needs no network. ``probe`` (default
+    :func:`elfreg.hub.hub_unreachable`) returns why the hub is unreachable, or None.
+    """
+    import os
+
+    b = cfg.backbones
+    encoder_remote = not os.path.exists(os.path.expanduser(b.encoder))
+    data_remote = [(i, s) for i, s in enumerate(cfg.data.sources)
+                   if s.get("hub_id") is not None and not os.path.isdir(os.path.expanduser(str(s["hub_id"])))]
+    if not encoder_remote and not data_remote:
+        return False
+    if probe is None:
+        from elfreg.hub import hub_unreachable as probe
+    why = probe()
+    if why is None:
+        return False
+    needs = []
+    if encoder_remote and not _hub_tokenizer_cached(b.encoder, b.encoder_gguf_file, b.revision):
+        needs.append(f"  - backbones.encoder = {b.encoder} (its tokenizer; not in the local Hugging Face cache): "
+                     f"download it where the hub is reachable (`hf download {b.encoder} --local-dir DIR`) and pass "
+                     "backbones.encoder=DIR")
+    for i, s in data_remote:
+        needs.append(f"  - data.sources[{i}] ({s.get('name')}) = hub dataset {s['hub_id']} (streamed): save a local "
+                     f"copy where the hub is reachable (`hf download --repo-type dataset {s['hub_id']} --local-dir "
+                     "DIR`, or datasets' save_to_disk) and, in a copy of this config, give the source `path: DIR` "
+                     "(a JSONL/Parquet file, folder or glob; `format: disk` for save_to_disk) in place of `hub_id`")
+    if needs:
+        raise SourcesUnreachable(f"the Hugging Face hub is unreachable ({why}) and this plan reads from it:\n"
+                                 + "\n".join(needs))
+    return True
 
 
 def check_overflow(cfg, skipped: int, seen: int) -> None:
@@ -206,16 +305,30 @@ def check_overflow(cfg, skipped: int, seen: int) -> None:
 
 
 def _num(x: float) -> str:
-    return f"{x / 1e9:.3f}B" if x >= 1e8 else f"{x:,.0f}"
+    return f"{x / 1e9:.3f}B" if x >= 1e8 else f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x:,.0f}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}%" if x >= 1e-4 else f"{100 * x:.1e}%"
 
 
 def format_plan(plan: TrainPlan) -> str:
     """The plan as a table, the paper's budget side by side when the config names it."""
     p = plan.paper or {}
     paper_tokens = p.get("tokens")
-    own = None
+    own = per_epoch = None
     if paper_tokens is not None:
         own = paper_tokens - (p.get("init_tokens") or 0)
+        per_epoch = own / (p.get("tokens_epochs") or p["epochs"]) if p.get("epochs") else None
+    paper_run_tokens = per_epoch * p["epochs"] if per_epoch is not None else None
+    if paper_run_tokens is None:
+        tokens_note = ""
+    elif p.get("tokens_epochs") and p["tokens_epochs"] != p["epochs"]:
+        tokens_note = (f"{_num(paper_run_tokens)} ({_num(own)} over {p['tokens_epochs']:g} epochs, the paper's "
+                       f"token figure, scaled to {p['epochs']:g})")
+    else:
+        tokens_note = _num(paper_run_tokens) + (f" (+{_num(p['init_tokens'])} of the init = {_num(paper_tokens)})"
+                                                 if p.get("init_tokens") else "")
     rows = [
         ("rows read", f"{plan.rows_read:,}", ""),
         ("rows that fit (one epoch)", f"{plan.rows:,}", f"{p['rows']:,}" if p.get("rows") else ""),
@@ -223,20 +336,34 @@ def format_plan(plan: TrainPlan) -> str:
                              f"canvas {plan.overflow_canvas:,})", ""),
         ("template-rejected rows", f"{plan.bad_rows:,}", ""),
         ("tokens per row (mean / max)", f"{plan.mean_tokens:.1f} / {plan.max_tokens:,}",
-         f"{own / p['epochs'] / p['rows']:.1f} (mean)" if own and p.get("rows") and p.get("epochs") else ""),
-        ("tokens per epoch", _num(plan.tokens_per_epoch),
-         _num(own / p["epochs"]) if own and p.get("epochs") else ""),
+         f"{per_epoch / p['rows']:.1f} (mean)" if per_epoch and p.get("rows") else ""),
+        ("tokens per epoch", _num(plan.tokens_per_epoch), _num(per_epoch) if per_epoch else ""),
         ("epochs", f"{plan.epochs:g}", f"{p['epochs']:g}" if p.get("epochs") else ""),
         ("global batch", f"{plan.global_batch:,}", f"{p['global_batch']:,}" if p.get("global_batch") else ""),
         ("optimiser steps", f"{plan.steps:,}", ""),
-        ("tokens (prompt + response + EOS, no padding)", _num(plan.tokens),
-         (_num(own) + (f" (+{_num(p['init_tokens'])} of the init = {_num(paper_tokens)})"
-                       if p.get("init_tokens") else "")) if own else ""),
+        ("tokens (prompt + response + EOS, no padding)", _num(plan.tokens), tokens_note),
         ("warm-up", f"{plan.warmup_steps:,} step{'' if plan.warmup_steps == 1 else 's'} "
                     f"({plan.warmup_fraction:.2%} of the run)", ""),
     ]
-    for e, s in plan.epoch_steps.items():
-        rows.append((f"checkpoint kept at epoch {e}", f"step {s:,}", ""))
+    if plan.ema_decay:
+        # the weight the EMA still gives its starting point after the run: decay^steps (the random initialisation,
+        # or the start's EMA when the run continues one)
+        rows.append(("EMA decay (start's share at the end)", f"{plan.ema_decay:g} "
+                     f"({_pct(plan.ema_decay ** plan.steps)} after {plan.steps:,} steps)",
+                     f"{p['ema_decay']:g}" if p.get("ema_decay") else ""))
+    if plan.start:
+        s = plan.start
+        rows.append(("starts from", f"{s['from']} ({s['found']})", p.get("start", "")))
+        rows.append(("  weights / optimiser state / EMA",
+                     f"{s['weights']} / {'continued' if s['optimizer'] == 'continue' else 'fresh'} / continued",
+                     "not stated" if p.get("start") else ""))
+    for e, st in plan.epoch_steps.items():
+        rows.append((f"checkpoint kept at epoch {e}", f"step {st:,}", ""))
+    notes = {epoch_key(c["epoch"]): c["note"] for c in p.get("compare", [])}
+    for e, st in plan.compare_steps.items():
+        kept = (" (the run's end)" if float(e) == plan.epochs else " (kept)" if e in plan.epoch_steps
+                else " (not kept: add it to train.keep_epochs)")
+        rows.append((f"paper compares at epoch {e}", f"step {st:,}{kept}", notes.get(e, "")))
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
     head = f"{'':<{w0}}  {'this run':<{w1}}  paper"

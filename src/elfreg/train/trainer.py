@@ -31,7 +31,7 @@ from elfreg.train.dist import DistInfo, all_reduce_sum, barrier, init_distribute
 from elfreg.train.features import CachedFeatures, StatsAccumulator, paper_token_mask, standardize_batch
 from elfreg.train.metrics import MetricsLog
 from elfreg.train.optim import EMA, build_optimizers, lr_at
-from elfreg.train.plan import TrainPlan, check_overflow, count_lengths, make_plan
+from elfreg.train.plan import TrainPlan, check_init, check_overflow, count_lengths, init_source, make_plan
 from elfreg.train.rng import example_generators
 
 SUM_TERMS = ("loss", "loss_elf", "loss_repa", "loss_reg")  # global-count contributions: summed
@@ -85,9 +85,11 @@ def plan_run(cfg: RunConfig, tokenizer=None) -> TrainPlan:
     """The plan of a run without training (``elfreg train --dry-run``): only the tokenizer is loaded."""
     if tokenizer is None:
         from elfreg.backbones import load_tokenizer
+        from elfreg.train.plan import check_sources
 
         b = cfg.backbones
-        tokenizer = load_tokenizer(b.encoder, b.encoder_gguf_file, b.revision)
+        offline = check_sources(cfg)  # an unreachable hub fails here, naming each source, not after ~40 s of retries
+        tokenizer = load_tokenizer(b.encoder, b.encoder_gguf_file, b.revision, local_files_only=offline)
     return plan_from_counts(cfg, count_rows(cfg, tokenizer))
 
 
@@ -268,6 +270,7 @@ class Trainer:
         torch.manual_seed(tc.seed)
         elf = ElfModel.new(cfg.elf_config(), prompt_template=prompt_template(cfg.data.task))  # saved with the model
         ema_init = None
+        self.init_optimizer_from: Path | None = None
         self.state: dict = {"step": 0}
         if self.resume_from is not None:
             saved = ElfModel.from_pretrained(self.resume_from / "model")
@@ -276,13 +279,20 @@ class Trainer:
             ema_init = {k: v.float() for k, v in saved.student.state_dict().items()}
             self.state = json.loads((self.resume_from / "train_state.json").read_text())
         elif tc.init_from:
-            path = Path(tc.init_from)
-            src = ElfModel.from_pretrained(path / "model" if (path / "model" / "config.json").is_file() else path)
-            missing, unexpected = elf.student.load_state_dict(src.student.state_dict(), strict=False)
+            # The start (docs/training.md "The MATH start"): online or EMA weights; the EMA continues from the
+            # checkpoint's EMA; the optimiser state continues (loaded below) or starts fresh.
+            ckpt, model_dir = init_source(tc.init_from)
+            check_init(tc, ckpt, Path(tc.init_from))
+            src = ElfModel.from_pretrained(model_dir)
+            weights = src.student.state_dict() if tc.init_weights == "ema" else \
+                ck.load_tensors(ckpt / "weights.safetensors")
+            missing, unexpected = elf.student.load_state_dict(weights, strict=False)
             if missing or unexpected:
-                raise ValueError(f"train.init_from {path}: weights do not match the model config "
+                raise ValueError(f"train.init_from {tc.init_from}: weights do not match the model config "
                                  f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
             elf.x_stats, elf.reg_stats, elf.teacher_stats = src.x_stats, src.reg_stats, src.teacher_stats
+            ema_init = {k: v.float() for k, v in src.student.state_dict().items()}
+            self.init_optimizer_from = ckpt if tc.init_optimizer == "continue" else None
         else:
             elf.x_stats, reg, teacher = self._estimate_stats()
             if cfg.model.extra_token == "reg":
@@ -299,19 +309,37 @@ class Trainer:
         self.ema = EMA(student, tc.ema_decay)
         if self.resume_from is not None:
             self._load_train_state(ema_init)
+        elif ema_init is not None:  # train.init_from: the EMA continues; the optimiser too when asked
+            self._assign_ema(ema_init)
+            if self.init_optimizer_from is not None:
+                self._load_optimizer(self.init_optimizer_from, "train.init_optimizer: continue")
 
-    def _load_train_state(self, ema_full: dict[str, Tensor]) -> None:
+    def _assign_ema(self, ema_full: dict[str, Tensor]) -> None:
         with torch.no_grad():
             for n, v in self.ema.shadow.items():
                 _assign(v, ema_full[n])
-        d = self.resume_from
-        meta = json.loads((d / "optimizer.json").read_text())
+
+    def _load_train_state(self, ema_full: dict[str, Tensor]) -> None:
+        self._assign_ema(ema_full)
         world = self.state.get("world_size", 1)
         if world != self.info.world_size:
-            raise ValueError(f"{d} was written by {world} processes; resume with the same world size "
+            raise ValueError(f"{self.resume_from} was written by {world} processes; resume with the same world size "
                              f"(this run has {self.info.world_size})")
-        name = f"optimizer-rank{self.info.rank}.safetensors" if self.cfg.train.parallel == "fsdp" \
-            else "optimizer.safetensors"
+        self._load_optimizer(self.resume_from, "resume")
+        self.batches.load_state_dict(self.state["data"][self.info.rank])
+        ck.set_rng_state(self.state["rng"])
+
+    def _load_optimizer(self, d: Path, why: str) -> None:
+        """The optimiser state of checkpoint ``d`` (FSDP: this rank's shard, which needs the world size it was
+        written with)."""
+        meta = json.loads((d / "optimizer.json").read_text())
+        fsdp = self.cfg.train.parallel == "fsdp"
+        if fsdp:
+            world = json.loads((d / "train_state.json").read_text()).get("world_size", 1)
+            if world != self.info.world_size:
+                raise ValueError(f"{why}: {d} holds FSDP optimiser shards of {world} processes; this run has "
+                                 f"{self.info.world_size} (use that many, or train.init_optimizer=fresh)")
+        name = f"optimizer-rank{self.info.rank}.safetensors" if fsdp else "optimizer.safetensors"
         state = ck.unflatten_optimizer(ck.load_tensors(d / name), meta)
         for key, opt in self.optim.optimizers.items():  # FSDP: local shards back into DTensors
             params = [p for g in opt.param_groups for p in g["params"]]
@@ -324,8 +352,6 @@ class Trainer:
                         if isinstance(v, Tensor) and v.shape == p.to_local().shape and v.ndim > 0:
                             st[k] = DTensor.from_local(v.to(p.device), p.device_mesh, p.placements)
         self.optim.load_state_dict(state)
-        self.batches.load_state_dict(self.state["data"][self.info.rank])
-        ck.set_rng_state(self.state["rng"])
 
     # -- one optimiser step ---------------------------------------------------------------------------------------
     def _autocast(self):
