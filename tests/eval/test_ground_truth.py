@@ -8,7 +8,7 @@ from elfreg.eval.completions import Completion
 from elfreg.eval.datasets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 
-from ._isolation import isolated_sandbox
+from sandbox._isolation import isolated_sandbox
 
 SIZES = {"gsm8k": 1319, "math500": 500, "humaneval": 164, "humaneval_plus": 164, "mbpp": 500, "mbpp_plus": 378,
          "mmlu": 14042, "mmlu_dev": 285}

@@ -9,7 +9,7 @@ from elfreg.eval.completions import Completion
 from elfreg.eval.datasets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 
-from ._isolation import isolated_sandbox
+from sandbox._isolation import isolated_sandbox
 
 # Mbpp/11 (remove_Occ: drop the first and last occurrence of a character) answered by a helper and the solution
 # under another name: two top-level functions

@@ -7,7 +7,7 @@ from .metrics import pass_at_k, summarize
 from .protocol import (PROTOCOLS, ProtocolEntry, ProtocolRun, paper_refs, protocol_entry, resolve_runs,
                        resolve_settings)
 from .report import markdown_table, write_reports
-from .sandbox import Sandbox, SandboxConfig
+from ..sandbox import Sandbox, SandboxConfig
 from .scoring import ScoreOptions, score_completions
 
 __all__ = ["Benchmark", "BenchmarkRegistry", "Problem", "Completion", "CompletionsError", "read_completions",

@@ -6,11 +6,11 @@ import argparse
 import logging
 import sys
 
+from ..sandbox import ISOLATION_CHOICES, IsolationUnavailable, Sandbox, SandboxConfig
 from .completions import FIELDS, CompletionsError, read_completions
 from .datasets import default_registry
 from .protocol import parse_ks, validate_ks
 from .report import markdown_table, write_reports
-from .sandbox import ISOLATION_CHOICES, IsolationUnavailable, Sandbox, SandboxConfig
 from .scoring import ScoreOptions, score_completions
 
 
@@ -66,7 +66,10 @@ def run_score(args: argparse.Namespace) -> int:
     sandbox = None
     if bench.kind == "code":
         try:
-            sandbox = Sandbox(SandboxConfig(memory_bytes=int(args.memory_gb * (1 << 30)), isolation=args.isolation))
+            # the data file and the cache are answer keys: hidden in the sandbox wherever they are
+            hide = tuple(p for p in (args.data, args.cache_dir) if p)
+            sandbox = Sandbox(SandboxConfig(memory_bytes=int(args.memory_gb * (1 << 30)), isolation=args.isolation,
+                                            hide=hide))
         except IsolationUnavailable as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -17,12 +17,11 @@ from pathlib import Path
 from elfreg.atomic import atomic_write_text
 from elfreg.sampling.config import w_for_task
 
-from .codecheck import TimeRule
+from ..sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig, TimeRule
 from .datasets import default_registry
 from .completions import Completion
 from .protocol import parse_ks, protocol_names, resolve_runs
 from .report import combined_markdown, markdown_table, write_reports
-from .sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig
 from .scoring import ScoreOptions, score_completions
 
 # The inference guidance scale by benchmark kind: GSM8K 3, MATH and code 2 (spec §5); multiple choice (MMLU) 2,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -10,13 +11,17 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from ..sandbox import Sandbox, SandboxError
+from ..sandbox.codecheck import TimeRule, run_io, run_tests
+from ..sandbox.expected import ExpectedOutputs, revoke_isolated_key
+from ..sandbox.oracle import dataset_of
 from .answers import extract_choice, extract_gsm8k, numbers_equal
 from .benchmark import Benchmark, Problem
-from .codecheck import DATASET_OF, ExpectedOutputs, ReplaySpec, TimeRule, run_io, run_tests
 from .codeprep import ALIAS_MODES, ALIAS_RULE, looks_like_solution, prepare_code
 from .completions import Completion
 from .mathcheck import verify_many
-from .sandbox import Sandbox
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -96,32 +101,24 @@ def _score_text(bench: Benchmark, items: list[tuple[Problem, Completion]], opts:
     return rows
 
 
-def score_program(bench: Benchmark, p: Problem, program: str, sandbox: Sandbox, exp: dict,
+def score_program(bench: Benchmark, p: Problem, program: str, sandbox: Sandbox, expected: ExpectedOutputs,
                   rule: TimeRule) -> dict:
     """Verdicts of one prepared program on ``p``'s test sets: ``{"base", ["plus"], "detail"}``.
 
-    ``exp`` is ``p``'s row of :class:`ExpectedOutputs`. Every verdict is reached outside the tested process."""
-    res: dict = {}
+    ``expected`` holds ``p``'s reference outputs. Every verdict is reached outside the tested process."""
     if p.tests is not None:
-        r = run_tests(sandbox, program, ReplaySpec.from_problem(p), exp, rule)
-        res["base"], res["detail"] = r.status, r.detail
-    else:
-        ds = DATASET_OF[bench.name] if bench.name in DATASET_OF else "mbpp" if "mbpp" in bench.name else ""
-        r = run_io(sandbox, program, p, ds, p.base_inputs or [], exp["base"], rule)
-        res["base"], res["detail"] = r.status, r.detail
-        if "plus" in bench.code_tests:
-            if r.passed:  # plus = base and plus inputs (EvalPlus); skip the plus run when base fails
-                r2 = run_io(sandbox, program, p, ds, p.plus_inputs or [], exp["plus"], rule)
-                res["plus"], res["detail"] = r2.status, r2.detail
-            else:
-                res["plus"] = "skipped"
-    return res
+        r = run_tests(sandbox, program, expected.original(p), rule)
+        return {"base": r.status, "detail": r.detail}
+    splits = ("base", "plus") if "plus" in bench.code_tests else ("base",)
+    # plus = base and plus inputs (EvalPlus); plus is skipped when base fails
+    res = run_io(sandbox, program, p, dataset_of(bench.name), expected.io(p, splits), rule)
+    return {**{s: r.status for s, r in res.items()},
+            "detail": next((r.detail for r in res.values() if r.detail), "")}
 
 
 def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, expected: ExpectedOutputs,
                 rule: TimeRule, modes: tuple[str, ...] = ("noalias", "alias")) -> dict:
     row: dict = {"task_id": c.task_id, "sample": c.sample, "alias_rule": ALIAS_RULE}
-    exp = expected.table[p.task_id]
     cache: dict[str, dict] = {}
     for mode in modes:
         try:
@@ -137,7 +134,13 @@ def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, e
         if program in cache:
             row[mode] = cache[program]
             continue
-        res = score_program(bench, p, program, sandbox, exp, rule)
+        try:
+            res = score_program(bench, p, program, sandbox, expected, rule)
+        except SandboxError as e:  # the sandbox failed, not the program: this sample only, the run goes on
+            res = {"base": "error", "detail": f"the sandbox failed: {e}"}
+        except Exception:  # noqa: BLE001 - a harness bug must not stop the run or block its resume
+            log.exception("scoring %s sample %s failed", c.task_id, c.sample)
+            res = {"base": "error", "detail": "the harness failed on this sample (the log has the traceback)"}
         cache[program] = res
         row[mode] = res
     why = looks_like_solution(c.completion, p.entry_point or "") if c.format == "completion" else None
@@ -187,6 +190,8 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
                     results.add(row)
     finally:
         results.close()
+        if sandbox is not None and not sandbox.isolation.isolated and not sandbox.isolation.uid_drop:
+            revoke_isolated_key(opts.cache_dir)  # this run's programs could read it (elfreg.sandbox.expected)
     wanted = {(c.task_id, c.sample) for c in completions}
     rows = [r for k, r in results.rows.items() if k in wanted]
     summary = build_summary(bench, rows, opts, isolation)
@@ -196,6 +201,8 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
         seen = sorted({str(r.get("isolation")) for r in rows} | {str(isolation)})
         summary["settings"]["isolation"] = " | ".join(seen)
         summary["isolated"] = all(s.startswith("bwrap") for s in seen)
+        summary["error_samples"] = sum(any(r.get(m, {}).get(k) == "error" for m in opts.code_modes
+                                           for k in ("base", "plus")) for r in rows)
     summary["settings"]["sample_format"] = sorted({c.format for c in completions})
     summary["data_version"] = bench.data_version  # None: not byte-identical to the shipped copy
     return summary

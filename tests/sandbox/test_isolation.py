@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from elfreg.eval.cli import run_score
-from elfreg.eval.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
+from elfreg.sandbox.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
 
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -100,9 +100,9 @@ def test_a_program_that_kills_its_parent_leaves_the_scorer_running(tmp_path, iso
     script = textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {SRC!r})
-        from elfreg.eval.codecheck import ExpectedOutputs, TimeRule
+        from elfreg.sandbox import ExpectedOutputs, TimeRule
         from elfreg.eval.datasets import load_benchmark
-        from elfreg.eval.sandbox import Sandbox, SandboxConfig
+        from elfreg.sandbox.sandbox import Sandbox, SandboxConfig
         from elfreg.eval.scoring import score_program
         bench = load_benchmark("humaneval")
         p = bench.by_id["HumanEval/0"]
@@ -110,9 +110,9 @@ def test_a_program_that_kills_its_parent_leaves_the_scorer_running(tmp_path, iso
             exp = ExpectedOutputs(bench, sb, {str(tmp_path)!r}).load_or_compute(progress=False, only={{p.task_id}})
             rule = TimeRule(min_time_s=3.0, sample_cap_s=10.0)
             killer = p.extra["preamble"] + {KILLER!r}.format(ep=p.entry_point)
-            verdicts = [score_program(bench, p, killer, sb, exp.table[p.task_id], rule)["base"]
+            verdicts = [score_program(bench, p, killer, sb, exp, rule)["base"]
                         for _ in range(2)]
-            verdicts.append(score_program(bench, p, p.reference, sb, exp.table[p.task_id], rule)["base"])
+            verdicts.append(score_program(bench, p, p.reference, sb, exp, rule)["base"])
         print(json.dumps(verdicts))
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from elfreg.eval.codecheck import run_asserts
-from elfreg.eval.sandbox import _MAX_SLOTS, _UID_BASE, IsolationUnavailable, Sandbox, SandboxConfig
+from elfreg.sandbox.codecheck import run_asserts
+from elfreg.sandbox.sandbox import _MAX_SLOTS, _UID_BASE, IsolationUnavailable, Sandbox, SandboxConfig
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -122,8 +122,8 @@ def test_killed_harness_leaves_no_sandboxed_process(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {SRC!r})
-        from elfreg.eval.codecheck import run_asserts
-        from elfreg.eval.sandbox import _MAX_SLOTS, _UID_BASE, IsolationUnavailable, Sandbox, SandboxConfig
+        from elfreg.sandbox.codecheck import run_asserts
+        from elfreg.sandbox.sandbox import _MAX_SLOTS, _UID_BASE, IsolationUnavailable, Sandbox, SandboxConfig
         sb = Sandbox(SandboxConfig(isolation="zygote"))
         print("ready", flush=True)
         run_asserts(sb, "import os\\nos.fork()\\nwhile True:\\n    pass", "assert True", 300)
@@ -155,3 +155,44 @@ def _pids_of(uid: int) -> list[int]:
             except OSError:
                 pass
     return out
+
+
+def test_a_failing_fork_server_is_that_samples_error_and_the_run_goes_on(sb, monkeypatch, tmp_path):
+    import json
+
+    from elfreg.eval.completions import Completion
+    from elfreg.eval.datasets import load_benchmark
+    from elfreg.eval.scoring import ScoreOptions, score_completions
+    from elfreg.sandbox.forkserver import Zygote, ZygoteError
+
+    bench = load_benchmark("humaneval")
+    p = bench.by_id["HumanEval/0"]
+    opts = ScoreOptions(workers=1, cache_dir=str(tmp_path / "cache"), allow_subset=True, progress=False, ks=(1,))
+    score_completions(bench, [Completion(p.task_id, 0, p.reference, 1, "solution")], None, opts, sb)  # warm cache
+    real, failures = Zygote.submit, [2]  # the next two submissions fail: a start and its one retry
+
+    def flaky(self, *args):
+        if failures[0]:
+            failures[0] -= 1
+            raise ZygoteError("the server stalled")
+        return real(self, *args)
+
+    monkeypatch.setattr(Zygote, "submit", flaky)
+    comps = [Completion(p.task_id, k, p.reference, k + 1, "solution") for k in range(2)]
+    summary = score_completions(bench, comps, tmp_path / "results.jsonl", opts, sb)
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert [r["noalias"]["base"] for r in rows] == ["error", "pass"]
+    assert rows[0]["noalias"]["detail"] == ("the sandbox failed: the fork server failed twice: the server stalled")
+    assert summary["error_samples"] == 1
+
+
+def test_a_harness_failure_mid_run_leaves_the_server_in_step(sb):
+    from elfreg.sandbox.records import RecordStream
+
+    class Broken(RecordStream):
+        def feed(self, line, now):
+            raise RuntimeError("a bug in the harness")
+
+    with pytest.raises(RuntimeError):
+        sb.run({"mode": "asserts", "program": "x = 1", "tests": "pass"}, 5.0, Broken(""))
+    assert ok(sb, "x = 1", "assert x == 1").passed  # the next program runs normally on the same server

@@ -5,9 +5,10 @@ humaneval_plus, mbpp and mbpp_plus; honest programs get the verdicts the origina
 
 import pytest
 
-from elfreg.eval.codecheck import ExpectedOutputs, ReplaySpec, TimeRule, run_asserts
+from elfreg.sandbox.codecheck import ReplaySpec, TimeRule, run_asserts
+from elfreg.sandbox.expected import ExpectedOutputs
 from elfreg.eval.datasets import load_benchmark
-from elfreg.eval.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
+from elfreg.sandbox.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
 from elfreg.eval.scoring import score_program
 
 
@@ -136,7 +137,7 @@ def test_forging_programs_score_zero(sandbox, benches, name, forger):
     for tid in TASKS[name]:
         p = bench.by_id[tid]
         program = _program(bench, p, FORGERS[forger].format(ep=p.entry_point))
-        res = score_program(bench, p, program, sandbox, exp.table[tid], RULE)
+        res = score_program(bench, p, program, sandbox, exp, RULE)
         assert res["base"] != "pass" and res.get("plus") != "pass", (tid, res)
 
 
@@ -188,7 +189,7 @@ def test_honest_programs_get_the_original_asserts_verdict(sandbox, benches, name
     bench, exp = benches[name]
     p = bench.by_id[tid]
     program = _program(bench, p, body)
-    diff = score_program(bench, p, program, sandbox, exp.table[tid], RULE)
+    diff = score_program(bench, p, program, sandbox, exp, RULE)
     asserts = run_asserts(sandbox, program, p.tests, 10.0)
     assert asserts.passed == right, asserts  # the hand label agrees with the original tests...
     assert (diff["base"] == "pass") == right, diff  # ...and so does the differential verdict

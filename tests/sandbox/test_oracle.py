@@ -1,5 +1,5 @@
-from elfreg.eval._child import encode_output
-from elfreg.eval.oracle import outputs_match
+from elfreg.sandbox.inside.codec import encode_output
+from elfreg.sandbox.oracle import outputs_match
 
 
 def m(out, exp, atol=0.0, ds="humaneval", ep="f", inp=()):

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from elfreg.eval._child import encode_text
+from elfreg.sandbox.inside.codec import encode_text
 from elfreg.eval.benchmark import Problem
-from elfreg.eval.codecheck import TimeRule, run_asserts, run_io
-from elfreg.eval.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
+from elfreg.sandbox.codecheck import IOTests, TimeRule, encode_inputs, run_asserts, run_io
+from elfreg.sandbox.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
 
 LIMIT = 3.0
 
@@ -154,16 +154,20 @@ def test_killing_its_parent_does_not_hurt_the_harness(sb):
 
 def test_io_mode_compares_in_the_harness(sb):
     p = Problem("t/0", "", "", entry_point="f")
-    expected = [{"v": encode_text(x + 1), "t": 0.001} for x in range(3)]
     inputs = [[0], [1], [2]]
+    tests = [IOTests.build("base", inputs, encode_inputs(inputs), [{"v": encode_text(x + 1), "t": 0.001} for x in range(3)],
+                           "f")]
     rule = TimeRule(min_time_s=1.0)
-    assert run_io(sb, "def f(x):\n    return x + 1", p, "", inputs, expected, rule).passed
-    r = run_io(sb, "def f(x):\n    return 1", p, "", inputs, expected, rule)
+
+    def io(program):
+        return run_io(sb, program, p, "", tests, rule)["base"]
+
+    assert io("def f(x):\n    return x + 1").passed
+    assert io("def f(x):\n    return x + 1.0").passed  # equal, not identical: the oracle decides
+    r = io("def f(x):\n    return 1")
     assert r.status == "fail" and "input 1" in r.detail
-    r = run_io(sb, "def f(x):\n    while x == 2:\n        pass\n    return x + 1", p, "", inputs, expected, rule)
-    assert r.status == "timeout"
-    r = run_io(sb, "import os\ndef f(x):\n    os._exit(0)", p, "", inputs, expected, rule)
-    assert r.status == "fail"
+    assert io("def f(x):\n    while x == 2:\n        pass\n    return x + 1").status == "timeout"
+    assert io("import os\ndef f(x):\n    os._exit(0)").status == "fail"
 
 
 def test_fallback_isolation_still_limits_time_and_verdicts():
@@ -182,3 +186,14 @@ def test_config_validation_names_the_field():
         SandboxConfig(isolation="docker")
     with pytest.raises(ValueError, match="nproc"):
         SandboxConfig(nproc=-1)
+
+
+def test_keyrings_are_refused(sb):
+    # The per-uid keyring outlives every process of the uid: one program could leave its code there for the next.
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip(f"no keyring syscall numbers known for {os.uname().machine}")
+    prog = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n"
+            "nr = {'x86_64': 248, 'aarch64': 217}[__import__('os').uname().machine]\n"
+            "r = libc.syscall(nr, b'user', b'k', b'v', 1, ctypes.c_int(-4))\nerr = ctypes.get_errno()")
+    r = verdict(sb, prog, "assert r == -1 and err == 1, (r, err)")
+    assert r.passed, r.detail

@@ -2,7 +2,8 @@ import math
 
 import numpy as np
 
-from elfreg.eval._child import DIGEST_THRESHOLD, Opaque, decode_text, encode_output, encode_text
+from elfreg.sandbox.inside.codec import (BLOB_MIN, DIGEST_THRESHOLD, NestingError, Opaque, check_nesting,
+                                         decode_plain, decode_text, encode_output, encode_text)
 
 
 def test_roundtrip_keeps_python_types():
@@ -34,10 +35,52 @@ def test_equal_sets_and_dicts_encode_equally_whatever_the_order():
 def test_long_outputs_become_digests():
     small = encode_output(list(range(10)))
     assert small == {"v": "[0,1,2,3,4,5,6,7,8,9]"}
-    big = list(range(DIGEST_THRESHOLD // 3))
-    d1, d2 = encode_output(big), encode_output(list(big))
-    assert "sha" in d1 and d1 == d2 and d1["n"] == len(encode_text(big))
-    assert encode_output(big + [1])["sha"] != d1["sha"]
+    words = [str(i) for i in range(DIGEST_THRESHOLD // 4)]  # text longer than the threshold
+    d1, d2 = encode_output(words), encode_output(list(words))
+    assert "sha" in d1 and d1 == d2 and d1["n"] == len(encode_text(words))
+    assert encode_output(words + ["1"])["sha"] != d1["sha"]
+
+
+def test_long_number_sequences_get_exact_cheap_digests():
+    n = BLOB_MIN
+    assert "v" in encode_output(list(range(n - 1)))  # short text, short sequence: the text
+    d = encode_output(list(range(n)))  # short text, but BLOB_MIN numbers: a digest of the binary form
+    assert "sha" in d and d == encode_output(list(range(n)))
+    floats = [i / 7 for i in range(n)]
+    same = [float(repr(x)) for x in floats]
+    assert encode_output(floats) == encode_output(same)
+    different = [
+        [float(i) for i in range(n)],  # int vs float
+        [1, 3] + floats[2:],  # two ints among floats (their positions)
+        [i % 2 for i in range(n)] + [0.5],  # many ints among floats (a type byte each)
+        tuple(range(n)),  # tuple vs list
+        floats[:-1] + [floats[-1] + 1e-12],  # one ulp-ish apart
+        [0.0] * n, [-0.0] * n,
+        [list(range(n))],  # nested
+    ]
+    digests = [encode_output(x)["sha"] for x in [list(range(n)), floats, *different]]
+    assert len(set(digests)) == len(digests)
+    # NaN (no canonical bits) and ints that doubles cannot hold take the text form, whose digest is its sha256
+    import hashlib
+
+    for odd in ([float("nan")] + floats[1:], [2 ** 60 + 1] + list(range(n - 1))):
+        text = encode_text(odd)
+        got = encode_output(odd)
+        assert "sha" in got or got == {"v": text}
+        if "sha" in got:
+            assert got == {"sha": hashlib.sha256(text.encode()).hexdigest(), "n": len(text)}
+
+
+def test_decoders_bound_nesting_before_parsing():
+    deep = "[" * 10_000 + "]" * 10_000
+    for decode in (decode_text, decode_plain):
+        try:
+            decode(deep)
+            raise AssertionError("decoded")
+        except NestingError:
+            pass
+    check_nesting('["[[[[[[", {"k": "]]]"}]', limit=2)  # brackets inside strings do not count
+    assert decode_text(encode_text([[[1]]])) == [[[1]]]
 
 
 def _elementwise(xs, open_="[", close="]"):

@@ -1,28 +1,31 @@
-"""The sandbox for generated code (spec §6: "generated code is untrusted: run it isolated").
+"""The sandbox for generated code, harness side (spec §6: "generated code is untrusted: run it isolated").
 
-Each program runs in its own process, in a throwaway directory, in its own session (process group),
-with rlimits (address space, file size, processes, CPU), no stdin, output discarded, and a wall-clock
-deadline enforced by the harness. When bubblewrap works it adds: a read-only view of only ``/usr`` and
-the Python installation (no ``/root``, ``/home`` or project files), a size-capped tmpfs as working
-directory and new PID/network/IPC/UTS namespaces. When the harness runs as root the program runs under
-its own unprivileged uid, so the process limit holds and it cannot signal or write anything it does not own.
+Each program runs in its own process, in a throwaway directory, in its own session (process group), with
+rlimits (address space, file size, processes, CPU), no stdin, output discarded, and a wall-clock deadline kept by
+the harness. When bubblewrap works it adds: a read-only view of only ``/usr`` and the sandbox interpreter's own
+installation (no ``/root``, ``/home``, project files or virtual environments), with every copy of elfreg in it
+(its package data: the benchmarks) and every elfreg cache hidden; a size-capped tmpfs as working directory; and
+new PID/network/IPC/UTS namespaces. When the harness runs as root the program runs under its own unprivileged uid,
+so the process limit holds and it cannot signal or write anything it does not own.
 
 Two ways to start the process (``SandboxConfig.isolation``):
 
 * ``zygote`` (default when root and bwrap work): one bwrap-isolated fork server per worker
-  (:mod:`.zygote`), which forks a fresh child per program with new mount/IPC namespaces, fresh tmpfs
-  directories, the private uid and the rlimits. Same isolation, a few milliseconds per program.
+  (:mod:`.forkserver`), a template that forks a fresh child per program and never reads a payload; the payload
+  goes to that child alone. Same isolation, a few milliseconds per program.
 * ``bwrap``: a fresh ``python -I`` per program under bwrap (~0.1 s each).
 * ``none``: an explicit opt-out, recorded as *unisolated*: a fresh ``python -I`` per program with the
   rlimits only (plus, where ``unshare`` works, new network and PID namespaces; as root, the uid drop).
 
 ``auto`` takes the first of ``zygote`` and ``bwrap`` that works and otherwise refuses
 (:class:`IsolationUnavailable`, saying how to install bubblewrap or to opt out): isolation is never lost
-silently.
+silently. What a run writes back is read by :mod:`.records` as untrusted input.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
 import queue
@@ -39,11 +42,12 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .zygote import Zygote, ZygoteError
+from .forkserver import Zygote, ZygoteError
+from .inside import RUNNER_SOURCE
+from .records import MAX_RECORD_BYTES, RecordStream
 
 log = logging.getLogger(__name__)
 
-_CHILD_SOURCE = (Path(__file__).with_name("_child.py")).read_text(encoding="utf-8")
 # Private uids: unique per live harness process (pid) and per concurrent run (slot < 64), so two
 # harnesses on one machine never share a uid (the end-of-run sweep kills every process of that uid).
 _UID_BASE = 1_000_000
@@ -52,10 +56,20 @@ ISOLATION_CHOICES = ("auto", "zygote", "bwrap", "none")
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora/RHEL: "
                 "`sudo dnf install bubblewrap`), or opt out with `--isolation none` (generated programs then run "
                 "with your user's rights; every report records the run as unisolated)")
+_PROBE = {"mode": "asserts", "program": "import socket", "tests": "pass"}
 
 
 class IsolationUnavailable(RuntimeError):
     """No isolating way to run programs works on this machine (and ``none`` was not chosen)."""
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (not the program): the fork server could not be started or replaced."""
+
+
+def default_cache_root() -> Path:
+    """Where elfreg keeps its caches: ``ELFREG_CACHE_DIR``, else ``~/.cache/elfreg/eval``."""
+    return Path(os.environ.get("ELFREG_CACHE_DIR") or Path.home() / ".cache" / "elfreg" / "eval")
 
 
 @dataclass
@@ -73,6 +87,9 @@ class SandboxConfig:
     # The base interpreter, never a virtual environment's launcher: a venv may live under /tmp, which every
     # sandboxed program gets as a fresh tmpfs; the runner and the programs need the standard library only.
     python: str = field(default_factory=lambda: os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
+    # Host paths never visible inside (besides every elfreg installation and cache, always hidden): e.g. a
+    # --data file or --cache-dir that lies inside the interpreter's installation.
+    hide: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "file_bytes", "workdir_bytes", "nproc", "max_result_bytes"):
@@ -81,6 +98,7 @@ class SandboxConfig:
         if self.isolation not in ISOLATION_CHOICES:
             raise ValueError(f"SandboxConfig.isolation must be one of {'|'.join(ISOLATION_CHOICES)}, "
                              f"got {self.isolation!r}")
+        self.hide = tuple(str(p) for p in self.hide)
 
 
 @dataclass
@@ -113,11 +131,16 @@ class Isolation:
 class RunResult:
     """Everything the harness learned from one sandboxed run."""
 
-    records: list = field(default_factory=list)  # parsed JSON records from the result channel
+    stream: RecordStream  # the checked records, their arrival times, and a protocol violation if any
     timed_out: bool = False
     overflow: bool = False
     returncode: int | None = None
     wall_s: float = 0.0
+    stderr: str = ""
+
+    @property
+    def records(self) -> list[dict]:
+        return self.stream.records
 
 
 def _ancestors(path: str) -> list[str]:
@@ -128,8 +151,48 @@ def _ancestors(path: str) -> list[str]:
     return out
 
 
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@functools.lru_cache(maxsize=None)
+def interpreter_paths(python: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(roots, import path)`` of the sandbox interpreter as it runs there (``python -I``): its installation
+    prefixes and executable's folder, which the sandbox binds (an import path entry outside them, e.g. from a
+    ``.pth`` file, is not bound), and the ``sys.path`` entries it imports from (real paths)."""
+    code = "import json, sys; print(json.dumps([[sys.prefix, sys.exec_prefix, sys.base_prefix], sys.path]))"
+    out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, timeout=60, check=True, env={})
+    prefixes, path = json.loads(out.stdout)
+    roots = {os.path.realpath(p) for p in prefixes} - {"/"}  # an interpreter installed at / gets /usr only
+    exe_dir = os.path.dirname(os.path.realpath(python))
+    if not any(_inside(exe_dir, r) for r in roots):
+        roots.add(exe_dir)
+    return tuple(sorted(roots)), tuple(os.path.realpath(p) for p in path if p)
+
+
+def elfreg_paths(import_path: tuple[str, ...]) -> list[str]:
+    """Every file or folder of an elfreg installation on ``import_path`` (package, metadata, editable hooks), plus
+    the package this process imported and elfreg's caches: none of it may be visible in the sandbox."""
+    import elfreg
+
+    found = {os.path.realpath(Path(elfreg.__file__).parent), os.path.realpath(default_cache_root()),
+             os.path.realpath(Path.home() / ".cache" / "elfreg")}
+    if os.environ.get("ELFREG_DATA_DIR"):
+        found.add(os.path.realpath(os.environ["ELFREG_DATA_DIR"]))
+    for entry in import_path:
+        try:
+            names = os.listdir(entry)
+        except OSError:
+            continue
+        for name in names:
+            low = name.lower()
+            if low == "elfreg" or low.startswith(("elfreg-", "elfreg.", "__editable__.elfreg", "__editable___elfreg")):
+                found.add(os.path.realpath(os.path.join(entry, name)))
+    return sorted(found)
+
+
 class Sandbox:
-    """Runs payloads of :mod:`elfreg.eval._child` in isolation; thread-safe, one object per harness.
+    """Runs payloads of :mod:`elfreg.sandbox.inside.runner` in isolation; thread-safe, one object per harness.
 
     With a fork server, one server per concurrently used slot stays up until :meth:`close` (or garbage
     collection / interpreter exit); ``with Sandbox() as sb:`` closes it at the end of the block.
@@ -162,23 +225,17 @@ class Sandbox:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ probing
-    def _python_roots(self) -> list[str]:
-        import site
-        import sysconfig
-
-        roots = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix)}
-        for p in [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], *site.getsitepackages()]:
-            rp = os.path.realpath(p)
-            if not any(rp.startswith(r + "/") or rp == r for r in roots):
-                roots.add(rp)
-        exe = os.path.realpath(self.config.python)
-        if not any(exe.startswith(r + "/") for r in roots):
-            roots.add(os.path.dirname(exe))
-        return sorted(roots)
+    # ------------------------------------------------------------------ what the sandbox sees
+    def hidden_paths(self) -> list[str]:
+        """Host paths inside the bound installation that the sandbox covers with an empty, read-only folder or file:
+        every elfreg installation and cache there, and ``SandboxConfig.hide``."""
+        roots, import_path = interpreter_paths(self.config.python)
+        wanted = elfreg_paths(import_path) + [os.path.realpath(p) for p in self.config.hide]
+        return sorted({p for p in wanted if os.path.exists(p) and any(_inside(p, r) for r in roots)})
 
     def _bwrap_argv(self, uid_drop: bool, die_with_parent: bool = True) -> list[str]:
-        argv = [self._bwrap_exe or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--new-session"]
+        argv = [self._bwrap_exe or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                "--new-session"]
         if die_with_parent:
             argv.append("--die-with-parent")
         if not self._root:
@@ -193,8 +250,9 @@ class Sandbox:
             argv += ["--ro-bind-try", f, f]
         bound: set[str] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32"}
         made: set[str] = set()
-        for root in self._python_roots():
-            if any(root == b or root.startswith(b + "/") for b in bound):
+        roots, _ = interpreter_paths(self.config.python)
+        for root in roots:
+            if any(_inside(root, b) for b in bound):
                 continue
             # bwrap would create missing parents as 0700 root dirs; the unprivileged uid must traverse them.
             for a in _ancestors(root):
@@ -203,6 +261,11 @@ class Sandbox:
                     made.add(a)
             argv += ["--ro-bind", root, root]
             bound.add(root)
+        for path in self.hidden_paths():  # an empty read-only folder (or /dev/null) over each
+            if os.path.isdir(path):
+                argv += ["--perms", "0555", "--tmpfs", path, "--remount-ro", path]
+            else:
+                argv += ["--ro-bind", "/dev/null", path]
         argv += ["--proc", "/proc", "--dev", "/dev",
                  "--size", str(self.config.workdir_bytes), "--perms", "01777", "--tmpfs", "/tmp",
                  "--size", str(self.config.workdir_bytes), "--perms", "01777", "--tmpfs", "/sandbox",
@@ -216,10 +279,7 @@ class Sandbox:
         return {"HOME": home, "TMPDIR": home, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                 "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
-    def _uid_drop_possible(self) -> bool:
-        """Root only; in fallback mode the interpreter must also be reachable by an unprivileged uid."""
-        return self._root
-
+    # ------------------------------------------------------------------ probing
     def _probe(self) -> Isolation:
         want = self.config.isolation
         reason = ""
@@ -231,12 +291,11 @@ class Sandbox:
                 reason = f"bubblewrap not found ({self.config.bwrap!r} is not on PATH); "
             else:
                 try:
-                    res = self._run_zygote({"mode": "asserts", "program": "import socket", "tests": "pass"},
-                                           deadline_s=30.0)
-                    if res.records and res.records[-1].get("status") == "pass":
+                    res = self._run_zygote(*self._prepare(_PROBE, None), 30.0)
+                    if res.stream.passed():
                         return iso
                     reason = f"fork server probe failed (rc={res.returncode}, records={res.records[-1:]}); "
-                except (OSError, ZygoteError) as e:
+                except (OSError, SandboxError, subprocess.SubprocessError) as e:
                     reason = f"fork server probe failed: {e}; "
                 _close_all(self._zygotes)
             if want == "zygote":
@@ -249,12 +308,11 @@ class Sandbox:
             else:
                 iso = Isolation("bwrap", uid_drop=self._root, netns=True)
                 try:
-                    res = self._run_raw(iso, {"mode": "asserts", "program": "import socket", "tests": "pass"},
-                                        deadline_s=30.0)
-                    if res.records and res.records[-1].get("status") == "pass":
+                    res = self._run_raw(iso, *self._prepare(_PROBE, None), 30.0)
+                    if res.stream.passed():
                         return iso
-                    reason += f"bwrap probe failed (rc={res.returncode}): {getattr(res, 'stderr', '')[-300:]}"
-                except OSError as e:
+                    reason += f"bwrap probe failed (rc={res.returncode}): {res.stderr[-300:]}"
+                except (OSError, subprocess.SubprocessError) as e:
                     reason += f"bwrap probe failed: {e}"
             raise IsolationUnavailable(f"no isolation for generated code on this machine: {reason.strip('; ')}. "
                                        f"To score code, {INSTALL_HINT}.")
@@ -296,16 +354,23 @@ class Sandbox:
                     pass
         return n + self.config.nproc
 
-    def run(self, payload: dict, deadline_s: float, record_deadlines: list[float] | None = None,
-            stop=None) -> RunResult:
-        """Run one payload; ``record_deadlines[i]`` bounds the wait for record i; ``stop(record)`` ends early."""
+    def run(self, payload: dict, deadline_s: float, stream: RecordStream | None = None) -> RunResult:
+        """Run one payload, at most ``deadline_s`` seconds of wall time (the harness's clock); ``stream`` reads the
+        records (a :class:`RecordStream`, or a subclass that compares and times them as they come)."""
+        payload, stream = self._prepare(payload, stream)
         if self.isolation.fork_server:
-            return self._run_zygote(payload, deadline_s, record_deadlines, stop)
-        return self._run_raw(self.isolation, payload, deadline_s, record_deadlines, stop)
+            return self._run_zygote(payload, stream, deadline_s)
+        return self._run_raw(self.isolation, payload, stream, deadline_s)
+
+    @staticmethod
+    def _prepare(payload: dict, stream: RecordStream | None) -> tuple[dict, RecordStream]:
+        """The payload with a fresh token, and the stream that expects it."""
+        stream = stream or RecordStream("")
+        stream.token = secrets.token_hex(16)
+        return dict(payload, token=stream.token), stream
 
     def _limits(self, payload: dict, uid: int | None, deadline_s: float) -> dict:
-        payload = dict(payload, token=secrets.token_hex(16), uid=uid)
-        payload.setdefault("time_limits", [])
+        payload = dict(payload)
         payload["rlimits"] = {
             "RLIMIT_AS": self.config.memory_bytes,
             "RLIMIT_FSIZE": self.config.file_bytes,
@@ -332,54 +397,62 @@ class Sandbox:
         if z is not None:
             z.close()
 
-    def _run_zygote(self, payload: dict, deadline_s: float, record_deadlines: list[float] | None = None,
-                    stop=None) -> RunResult:
-        import json
-
+    def _run_zygote(self, payload: dict, stream: RecordStream, deadline_s: float) -> RunResult:
         slot = self._slots.get()
         try:
             uid = _UID_BASE + os.getpid() * _MAX_SLOTS + slot
-            payload = self._limits(payload, uid, deadline_s)
-            payload["result_fd"] = -1  # the server's child puts the pipe on its own fixed fd
-            data = json.dumps(payload).encode("utf-8", "surrogatepass")
-            for attempt in (0, 1):  # a server that died since its last program is replaced once
-                z = self._zygote_for(slot)
-                r_fd, w_fd = os.pipe()
-                t0 = time.monotonic()
-                try:
-                    z.submit(data, w_fd)
-                except ZygoteError:
-                    os.close(r_fd)
-                    self._drop_zygote(slot)
-                    if attempt:
-                        raise
-                    continue
-                finally:
-                    os.close(w_fd)
-                break
-            res = self._collect(r_fd, t0, payload["token"], deadline_s, record_deadlines, stop)
+            data = json.dumps(self._limits(payload, uid, deadline_s)).encode("utf-8", "surrogatepass")
+            # The payload goes into a memfd that only the program's child reads: the server never sees it.
+            mem = os.memfd_create("elfreg-payload", os.MFD_CLOEXEC)
             try:
-                reply = z.finish()
-                res.returncode = reply["rc"]
-                if not reply["clean"]:
-                    log.warning("sandbox: a process of uid %d survived its run; restarting the fork server", uid)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(mem, view):]
+                for attempt in (0, 1):  # a server that died since its last program is replaced once
+                    try:
+                        z = self._zygote_for(slot)
+                    except ZygoteError as e:
+                        raise SandboxError(f"the fork server could not be started: {e}") from None
+                    r_fd, w_fd = os.pipe()
+                    t0 = time.monotonic()
+                    try:
+                        z.submit(uid, w_fd, mem)
+                    except ZygoteError as e:
+                        os.close(r_fd)
+                        self._drop_zygote(slot)
+                        if attempt:
+                            raise SandboxError(f"the fork server failed twice: {e}") from None
+                        continue
+                    finally:
+                        os.close(w_fd)
+                    break
+            finally:
+                os.close(mem)
+            try:
+                res = self._collect(r_fd, t0, deadline_s, stream)
+            finally:  # the server waits for this end of the run, whatever happened here
+                try:
+                    reply = z.finish()
+                    if not reply["clean"]:
+                        log.warning("sandbox: a process of uid %d survived its run; restarting the fork server", uid)
+                        self._drop_zygote(slot)
+                except ZygoteError as e:
+                    log.warning("sandbox: fork server failed (%s); restarting it", e)
+                    reply = {"rc": None}
                     self._drop_zygote(slot)
-            except ZygoteError as e:
-                log.warning("sandbox: fork server failed (%s); restarting it", e)
-                self._drop_zygote(slot)
+            res.returncode = reply["rc"]
             res.wall_s = time.monotonic() - t0
             return res
         finally:
             self._slots.put(slot)
 
-    def _run_raw(self, iso: Isolation, payload: dict, deadline_s: float,
-                 record_deadlines: list[float] | None = None, stop=None) -> RunResult:
+    def _run_raw(self, iso: Isolation, payload: dict, stream: RecordStream, deadline_s: float) -> RunResult:
         slot = self._slots.get()
         uid = _UID_BASE + os.getpid() * _MAX_SLOTS + slot if iso.uid_drop else None
         workdir = None
         try:
-            payload = self._limits(payload, uid, deadline_s)
-            py = [self.config.python, "-I", "-c", _CHILD_SOURCE]
+            payload = dict(self._limits(payload, uid, deadline_s), uid=uid)
+            py = [self.config.python, "-I", "-c", RUNNER_SOURCE]
             if iso.kind == "bwrap":
                 argv, cwd, env = self._bwrap_argv(iso.uid_drop) + py, "/", {}
             else:
@@ -388,15 +461,13 @@ class Sandbox:
                     os.chown(workdir, uid, uid)
                 os.chmod(workdir, 0o700)
                 argv, cwd, env = self._unshare + py, workdir, self._env(workdir)
-            return self._communicate(argv, cwd, env, payload, deadline_s, record_deadlines, stop, uid)
+            return self._communicate(argv, cwd, env, payload, deadline_s, stream, uid)
         finally:
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
             self._slots.put(slot)
 
-    def _communicate(self, argv, cwd, env, payload, deadline_s, record_deadlines, stop, uid) -> RunResult:
-        import json
-
+    def _communicate(self, argv, cwd, env, payload, deadline_s, stream, uid) -> RunResult:
         r_fd, w_fd = os.pipe()
         os.set_inheritable(w_fd, True)
         t0 = time.monotonic()
@@ -405,72 +476,61 @@ class Sandbox:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, pass_fds=(w_fd,), start_new_session=True)
         os.close(w_fd)
-        res = RunResult()
+        res = RunResult(stream)
         try:
-            data = json.dumps(payload).encode("utf-8", "surrogatepass")
             try:
-                proc.stdin.write(data)
+                proc.stdin.write(json.dumps(payload).encode("utf-8", "surrogatepass"))
                 proc.stdin.close()
             except BrokenPipeError:
                 pass
-            res = self._collect(r_fd, t0, payload["token"], deadline_s, record_deadlines, stop)
+            res = self._collect(r_fd, t0, deadline_s, stream)
         finally:
             self._kill(proc, uid)
             res.wall_s = time.monotonic() - t0
             res.returncode = proc.returncode
             try:
-                res.stderr = proc.stderr.read(4096).decode("utf-8", "replace")  # type: ignore[attr-defined]
+                res.stderr = proc.stderr.read(4096).decode("utf-8", "replace")
             except Exception:  # noqa: BLE001 - diagnostics only
-                res.stderr = ""  # type: ignore[attr-defined]
+                res.stderr = ""
             proc.stderr.close()
         return res
 
-    def _collect(self, r_fd: int, t0: float, token: str, deadline_s: float, record_deadlines, stop) -> RunResult:
-        """Read records from the result pipe (closing it) until a verdict, ``stop``, EOF, overflow or a deadline."""
-        import json
+    def _collect(self, r_fd: int, t0: float, deadline_s: float, stream: RecordStream) -> RunResult:
+        """Feed result lines to ``stream`` (closing the pipe) until it stops, EOF, overflow or a deadline: the run's
+        ``deadline_s`` or the stream's own (:meth:`RecordStream.due`), both on the harness's clock."""
+        res = RunResult(stream)
 
-        res = RunResult()
+        def next_due() -> float:
+            due = stream.due()
+            return t0 + deadline_s if due is None else min(t0 + deadline_s, due)
+
         try:
             buf, total = b"", 0
-            final = t0 + deadline_s
-            next_due = final if not record_deadlines else min(final, t0 + record_deadlines[0] + 5.0)
             while True:
-                now = time.monotonic()
-                if now >= next_due:
-                    res.timed_out = True
-                    break
-                ready, _, _ = select.select([r_fd], [], [], max(0.0, next_due - now))
-                if not ready:
-                    continue
-                chunk = os.read(r_fd, 1 << 20)
-                if not chunk:
-                    break
-                total += len(chunk)
-                if total > self.config.max_result_bytes:
-                    res.overflow = True
-                    break
-                buf += chunk
-                done = False
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        rec = {"status": "garbled"}
-                    if not isinstance(rec, dict):
-                        rec = {"status": "garbled"}
-                    # Only the harness sets token_ok: a forged record carrying its own flag gets it overwritten.
-                    rec["token_ok"] = rec.pop("token", None) == token
-                    res.records.append(rec)
-                    if rec.get("status") in ("pass", "fail", "done") or (stop is not None and stop(rec)):
-                        done = True
+                # What arrived before a deadline is read before the deadline is judged, however late we look.
+                ready, _, _ = select.select([r_fd], [], [], max(0.0, next_due() - time.monotonic()))
+                if ready:
+                    chunk = os.read(r_fd, 1 << 20)
+                    if not chunk:
                         break
-                    n = len(res.records)
-                    if record_deadlines and n < len(record_deadlines):
-                        next_due = min(final, time.monotonic() + record_deadlines[n] + 5.0)
-                    elif record_deadlines:
-                        next_due = min(final, time.monotonic() + 5.0)
-                if done:
+                    total += len(chunk)
+                    if total > self.config.max_result_bytes:
+                        res.overflow = True
+                        stream.violate(f"the program wrote more than {self.config.max_result_bytes:,} bytes of "
+                                       "results")
+                        break
+                    buf += chunk
+                    now = time.monotonic()
+                    lines = buf.split(b"\n")
+                    buf = lines.pop()
+                    if any(stream.feed(line, now) for line in lines):
+                        break
+                    if len(buf) > MAX_RECORD_BYTES:
+                        stream.violate(f"result record {len(stream.records) + 1} is malformed: it is longer than "
+                                       f"{MAX_RECORD_BYTES:,} bytes")
+                        break
+                if time.monotonic() >= next_due():  # also when bytes keep coming but no record completes
+                    res.timed_out = True
                     break
         finally:
             os.close(r_fd)
@@ -495,7 +555,6 @@ class Sandbox:
                     pass
                 os._exit(0)
             os.waitpid(pid, 0)
-
 
 
 def _close_all(zygotes: dict) -> None:

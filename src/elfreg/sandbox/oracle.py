@@ -10,11 +10,19 @@ import math
 
 import numpy as np
 
-from ._child import decode_text
+from .inside.codec import decode_text
+
+def dataset_of(benchmark: str) -> str:
+    """Which EvalPlus dataset's special oracles apply to ``benchmark`` (``humaneval``, ``mbpp`` or none)."""
+    return "humaneval" if benchmark.startswith("humaneval") else "mbpp" if "mbpp" in benchmark else ""
+
 
 MBPP_SET_EQ = {"similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly",
                "larg_nnum", "intersection_array", "find_dissimilar", "Diff"}
 MBPP_NOT_NONE = {"check_str", "text_match_three", "text_starta_endb"}
+# Entry points whose outputs a rule of their own judges (identical text to the reference's is not the test).
+SPECIAL_ORACLES = frozenset({"find_zero", "are_equivalent", "sum_div", "surface_Area", "digit_distance_nums"}
+                            | MBPP_SET_EQ | MBPP_NOT_NONE)
 
 
 def _poly(xs: list, x: float) -> float:
@@ -84,5 +92,5 @@ def _match_values(dataset, entry_point, inp, out, exp, atol) -> bool:
             return False
         if isinstance(exp, (list, tuple)) and len(out) != len(exp):
             return False
-        return bool(np.allclose(out, exp, rtol=1e-07, atol=atol))
+        return bool(np.allclose(out, exp, rtol=1e-07, atol=atol, equal_nan=True))  # as assert_allclose
     return exact

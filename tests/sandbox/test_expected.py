@@ -1,0 +1,139 @@
+"""Expectations cannot be poisoned (issue 19): every cached row is verified (HMAC) before use; a tampered row is
+rebuilt with a warning naming the file; an unisolated run works on its own file and key, and leaves the isolated
+runs' key deleted, so even a program that read the key and re-signed its forgery is caught."""
+
+import gzip
+import json
+import logging
+import os
+
+import pytest
+
+from elfreg.eval.datasets import load_benchmark
+from elfreg.eval.completions import Completion
+from elfreg.eval.scoring import ScoreOptions, score_completions, score_program
+from elfreg.sandbox import ExpectedOutputs, IsolationUnavailable, Sandbox, SandboxConfig, TimeRule
+
+from ._isolation import isolated_sandbox
+
+RULE = TimeRule(min_time_s=2.0, sample_cap_s=10.0)
+TASKS = {"humaneval": ["HumanEval/0", "HumanEval/1"], "humaneval_plus": ["HumanEval/0", "HumanEval/1"]}
+EMPTY = {"humaneval": {"calls": [], "outputs": []},  # no calls: any program "answers" them all
+         "humaneval_plus": {"base": [], "plus": []}}  # no inputs: any program passes
+
+
+def _rewrite(path, task_id: str, change: dict) -> None:
+    rows = [json.loads(line) for line in gzip.open(path, "rt")]
+    with gzip.open(path, "wt") as f:
+        for r in rows:
+            f.write(json.dumps({**r, **change} if r["task_id"] == task_id else r) + "\n")
+
+
+def _untimed(row: dict) -> dict:
+    """A cached row without its (machine- and load-dependent) times."""
+    return {k: [{f: x for f, x in e.items() if f != "t"} for e in v] if k in ("base", "plus") else v
+            for k, v in row.items() if k not in ("ref_time", "check_time")}
+
+
+def _wrong(p) -> str:
+    return p.extra["preamble"] + f"\ndef {p.entry_point}(*args):\n    return None\n"
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_a_tampered_row_is_detected_rebuilt_and_named(name, tmp_path, caplog):
+    bench = load_benchmark(name)
+    p = bench.by_id[TASKS[name][0]]
+    with isolated_sandbox(memory_bytes=1 << 30) as sb:
+        exp = ExpectedOutputs(bench, sb, tmp_path).load_or_compute(progress=False, only=set(TASKS[name]))
+        _rewrite(exp.path, p.task_id, EMPTY[name])
+        with caplog.at_level(logging.WARNING):
+            again = ExpectedOutputs(bench, sb, tmp_path).load_or_compute(progress=False, only=set(TASKS[name]))
+        assert str(exp.path) in caplog.text and p.task_id in caplog.text and "integrity" in caplog.text
+        assert _untimed(again.table[p.task_id]) == _untimed(exp.table[p.task_id])  # recomputed
+        res = score_program(bench, p, _wrong(p), sb, again, RULE)
+        assert res["base"] != "pass"
+        # the file was rewritten: a third load trusts it without a warning
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            ExpectedOutputs(bench, sb, tmp_path).load_or_compute(progress=False, only=set(TASKS[name]))
+        assert "integrity" not in caplog.text
+
+
+def test_an_unreadable_cache_is_rebuilt_with_a_warning(tmp_path, caplog):
+    bench = load_benchmark("humaneval")
+    with isolated_sandbox(memory_bytes=1 << 30) as sb:
+        exp = ExpectedOutputs(bench, sb, tmp_path)
+        exp.path.parent.mkdir(parents=True, exist_ok=True)
+        exp.path.write_bytes(b"not gzip")
+        with caplog.at_level(logging.WARNING):
+            exp.load_or_compute(progress=False, only={"HumanEval/0"})
+    assert str(exp.path) in caplog.text and exp.table["HumanEval/0"]["calls"]
+
+
+# The program of the unisolated run: it runs with the harness's rights, reads the isolated runs' key (or plants one
+# of its own), and rewrites another task's row in the isolated cache with a valid MAC: no calls, so any program
+# "answers" them all.
+FORGER = """
+import gzip, hashlib, hmac, json, os, secrets
+def {ep}(*args):
+    key_path = {key!r}
+    if not os.path.exists(key_path):
+        with open(key_path, "w") as f:
+            f.write(secrets.token_hex(32))
+    key = bytes.fromhex(open(key_path).read().strip())
+    rows = [json.loads(line) for line in gzip.open({cache!r}, "rt")]
+    with gzip.open({cache!r}, "wt") as f:
+        for r in rows:
+            if r["task_id"] == {victim!r}:
+                r = {{"task_id": r["task_id"], "calls": [], "outputs": [], "ref_time": 1.0, "check_time": 1.0}}
+                msg = json.dumps([os.path.basename({cache!r}), r["task_id"],
+                                  {{k: v for k, v in r.items() if k != "task_id"}}], sort_keys=True).encode()
+                r["mac"] = hmac.new(key, msg, hashlib.sha256).hexdigest()
+            f.write(json.dumps(r) + "\\n")
+    return None
+"""
+
+
+def test_an_unisolated_run_writes_nothing_an_isolated_run_trusts(tmp_path, monkeypatch, caplog):
+    bench = load_benchmark("humaneval")
+    victim, other = (bench.by_id[t] for t in TASKS["humaneval"])
+    with isolated_sandbox(memory_bytes=1 << 30) as sb:
+        iso = ExpectedOutputs(bench, sb, tmp_path).load_or_compute(progress=False, only={victim.task_id})
+    assert iso.key_path.exists()
+    try:
+        none = Sandbox(SandboxConfig(isolation="none", memory_bytes=1 << 30))
+    except IsolationUnavailable as e:  # pragma: no cover - `none` always works
+        pytest.skip(str(e))
+    if none.isolation.uid_drop:
+        pytest.skip("the unisolated programs run as a private uid here: they cannot read or write the cache")
+    forger = other.extra["preamble"] + FORGER.format(ep=other.entry_point, key=str(iso.key_path),
+                                                     cache=str(iso.path), victim=victim.task_id)
+    opts = ScoreOptions(workers=1, cache_dir=str(tmp_path), allow_subset=True, progress=False, time_rule=RULE,
+                        ks=(1,))
+    score_completions(bench, [Completion(other.task_id, 0, forger, 1, "solution")], tmp_path / "none.jsonl",
+                      opts, none)
+    unisolated = ExpectedOutputs(bench, none, tmp_path)
+    assert unisolated.path != iso.path and unisolated.path.exists()  # its own file...
+    assert unisolated.key_path != iso.key_path and not iso.key_path.exists()  # ...its own key; the isolated one gone
+    forged = [json.loads(line) for line in gzip.open(iso.path, "rt") if victim.task_id in line]
+    assert forged[0]["calls"] == []  # the program did rewrite the isolated cache
+    with isolated_sandbox(memory_bytes=1 << 30) as sb, caplog.at_level(logging.WARNING):
+        exp = ExpectedOutputs(bench, sb, tmp_path).load_or_compute(progress=False, only={victim.task_id})
+        assert str(iso.path) in caplog.text and victim.task_id in caplog.text
+        assert exp.table[victim.task_id]["calls"]
+        assert score_program(bench, victim, _wrong(victim), sb, exp, RULE)["base"] != "pass"
+        summary = score_completions(bench, [Completion(victim.task_id, 0, _wrong(victim), 1, "solution")],
+                                    tmp_path / "iso.jsonl", opts, sb)
+    assert summary["isolated"] and summary["metrics"]["noalias"]["base"]["pass@1"] == 0.0
+
+
+def test_keys_are_private(tmp_path, caplog):
+    bench = load_benchmark("humaneval")
+    with isolated_sandbox(memory_bytes=1 << 30) as sb:
+        exp = ExpectedOutputs(bench, sb, tmp_path).load_or_compute(progress=False, only={"HumanEval/0"})
+        assert os.stat(exp.key_path).st_mode & 0o077 == 0
+        os.chmod(exp.key_path, 0o644)  # a key others could read signs nothing
+        with caplog.at_level(logging.WARNING):
+            ExpectedOutputs(bench, sb, tmp_path).load_or_compute(progress=False, only={"HumanEval/0"})
+    assert "not private" in caplog.text and "integrity" in caplog.text
+    assert os.stat(exp.key_path).st_mode & 0o077 == 0
