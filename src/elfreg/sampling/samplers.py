@@ -17,9 +17,7 @@ from elfreg.sampling.exit import AnswerFn, ExitTracker
 from elfreg.sampling.grids import sampler_grid
 from elfreg.sampling.network import NFECount, NFECounter, StudentLike
 from elfreg.sampling.seeding import STREAM_GRID, sample_generator
-from elfreg.sampling.trajectory import Key, Trajectory, check_batch, draw_rows, start_state
-
-__all__ = ["SampleOutput", "sample", "response_positions", "draw_rows", "start_state"]
+from elfreg.sampling.trajectory import Key, Trajectory, check_batch
 
 
 @dataclass
