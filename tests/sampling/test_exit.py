@@ -156,3 +156,18 @@ def test_bad_adaptive_settings_name_the_field(kwargs, field):
 def test_fixed_samplers_accept_a_rule_that_could_not_fire():
     # the rule's settings are recorded with every sample, but only the adaptive sampler needs them to fit its budget
     assert SamplerConfig(sampler="early-stop", nfe=4, check_every=4, patience=3).exit_rule() is None
+
+
+def test_counter_refuses_a_call_on_other_rows_than_selected():
+    from elfreg.sampling.network import NFECounter
+
+    mcfg = StandInConfig()
+    counter = NFECounter(StandInStudent(mcfg))
+    counter.reset(3)
+    counter.select([0, 2])
+    x = torch.zeros(3, mcfg.max_len, mcfg.feature_dim)
+    with pytest.raises(RuntimeError, match="a call on 3 rows, but 2 rows are selected"):
+        counter(x, x, torch.zeros(3), torch.ones(3))
+    counter(x[:2], x[:2], torch.zeros(2), torch.ones(2), reg=torch.zeros(2, mcfg.reg_dim),
+            reg_q=torch.zeros(2, mcfg.reg_dim))
+    assert counter.count.row_nfe == [1, 0, 1] and counter.count.nfe == 1
