@@ -109,10 +109,11 @@ def measure(run: Path, overrides: list[str], variants: list[str], seeds: list[in
                 base = sampler_config(model, cfg, spec["sampler"], spec["nfe"], seed)
                 scfg = base.__class__(**{**base.to_dict(), **spec})
                 t0 = time.perf_counter()
-                texts, _, nfe = sample_texts_nfe(model, x, mask, scfg, cfg.eval.batch_size)
+                texts, _, nfe, settled = sample_texts_nfe(model, x, mask, scfg, cfg.eval.batch_size)
                 right, _ = per_problem(texts, test_p, task)
                 rec = {"key": cell_key(variant, train_seed, step, seed, spec), "variant": variant,
-                       "train_seed": train_seed, "step": step, "seed": seed, **spec, "correct": right, "nfe_rows": nfe, "seconds": time.perf_counter() - t0}
+                       "train_seed": train_seed, "step": step, "seed": seed, **spec, "correct": right,
+                       "nfe_rows": nfe, "settled": settled, "seconds": time.perf_counter() - t0}
                 with open(path, "a", encoding="utf-8") as f:
                     f.write(json.dumps(rec) + "\n")
                 print(f"{variant} seed-{train_seed} s{seed} {spec}: acc {sum(right) / len(right):.3f}, "
@@ -155,25 +156,36 @@ def fixed_needed(fixed: list[dict], acc: float, tol: float = 0.01) -> dict | Non
 
 
 def losses(cells: list[dict], spec: dict) -> dict:
-    """Paired on the same paths: the rule (max_nfe N) against fixed early-stop at N (rho the same): rows that flip."""
-    recs = {(r["train_seed"], r["seed"], r["sampler"], r["nfe"], r.get("check_every"), r.get("patience"),
-             r.get("min_nfe")): r for r in cells}
-    up = down = n = 0
-    for (ts, s, sampler, nfe, c, p, lo), rec in recs.items():
+    """The rule against fixed early-stop at its max NFE, paired on the same paths (same rho, seeds and keys).
+
+    up: fixed wrong, rule right; down: fixed right, rule wrong; settled_wrong: rows whose answer settled on a wrong
+    answer (of them, fixed_right were right with the whole budget: the rule's losses).
+    """
+    by = {(r["train_seed"], r["seed"], r["sampler"], r["nfe"], r.get("check_every"), r.get("patience"),
+           r.get("min_nfe")): r for r in cells}
+    out = {"n": 0, "up": 0, "down": 0, "settled": 0, "settled_wrong": 0, "settled_wrong_fixed_right": 0}
+    for (ts, s, sampler, nfe, c, p, lo), rec in by.items():
         if (sampler, nfe, c, p, lo) != ("adaptive", spec["nfe"], spec["check_every"], spec["patience"],
                                          spec["min_nfe"]):
             continue
-        ref = recs.get((ts, s, "early-stop", nfe, None, None, None))
+        ref = by.get((ts, s, "early-stop", nfe, None, None, None))
         if ref is None:
             continue
-        for a, f in zip(rec["correct"], ref["correct"]):
-            n += 1
-            up += (not f) and a
-            down += f and not a
-    return {"n": n, "up": up, "down": down}
+        for a, f, st in zip(rec["correct"], ref["correct"], rec["settled"]):
+            out["n"] += 1
+            out["up"] += (not f) and a
+            out["down"] += f and not a
+            out["settled"] += st
+            out["settled_wrong"] += st and not a
+            out["settled_wrong_fixed_right"] += st and not a and f
+    return out
 
 
-def report(cells: list[dict], variant: str, out: Path, command: str) -> None:
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def report(cells: list[dict], variant: str, out: Path, command: str) -> list[dict]:
     """Markdown table and plot of accuracy against mean NFE (fixed early-stop curve, adaptive settings)."""
     import matplotlib
 
@@ -183,37 +195,43 @@ def report(cells: list[dict], variant: str, out: Path, command: str) -> None:
     rows = summarise(cells)
     fixed = [r for r in rows if r["sampler"] == "early-stop"]
     rules = [r for r in rows if r["sampler"] == "adaptive"]
-    lines = [f"# Adaptive exit against fixed-NFE early-stop ({variant})", "",
-             f"Made by: `{command}`", "",
+    top = max(f["nfe"] for f in fixed)
+    lines = [f"# Adaptive exit against fixed-NFE early-stop ({variant})", "", f"Made by: `{command}`", "",
              "Accuracy: exact final answer on the run's test problems, mean ± std over (training seed, sampling "
              "seed) pairs. NFE: per row, every network call that computed it (check decodes included), averaged "
-             "over rows. 'fixed needed': the cheapest fixed early-stop N on the grid within 1 point of the rule's "
-             "accuracy; 'saving' = that N / the rule's mean NFE. 'up/down': paired against fixed early-stop at the "
-             "rule's max NFE on the same paths (up: fixed wrong, rule right; down: fixed right, rule wrong).", "",
-             "| sampler | mean NFE | accuracy (%) | fixed needed | saving | up / down (of rows) |",
-             "|---|---|---|---|---|---|"]
+             "over rows. 'fixed needed': the cheapest fixed early-stop N measured whose accuracy is within 1 point "
+             "of the rule's (or above it); 'saving' = that N / the rule's mean NFE. Paired against fixed early-stop "
+             "at the rule's max NFE on the same paths: 'up' = fixed wrong, rule right; 'down' = fixed right, rule "
+             "wrong; 'settled wrong' = the answer settled on a wrong one (in brackets: of those, right with the "
+             "whole budget: the rule's losses).", "",
+             "| sampler | mean NFE | accuracy (%) | fixed needed | saving | settled (%) | up / down | "
+             "settled wrong (fixed right) | rows |", "|---|---|---|---|---|---|---|---|---|"]
     for r in fixed:
-        lines.append(f"| {r['label']} | {r['nfe_mean']:.2f} | {100 * r['acc']:.1f} ± {100 * r['acc_std']:.1f} "
-                     f"| | | |")
+        lines.append(f"| {r['label']} | {r['nfe_mean']:.2f} | {pct(r['acc'])} ± {pct(r['acc_std'])} | | | | | | "
+                     f"{r['rows']} |")
     for r in rules:
         need = fixed_needed(fixed, r["acc"])
-        flips = losses(cells, r)
-        lines.append(f"| {r['label']} | {r['nfe_mean']:.2f} | {100 * r['acc']:.1f} ± {100 * r['acc_std']:.1f} | "
-                     f"{need['nfe'] if need else '> ' + str(max(f['nfe'] for f in fixed))} | "
-                     f"{need['nfe'] / r['nfe_mean']:.2f}x |" if need else "n/a |")
-        lines[-1] += f" {flips['up']} / {flips['down']} (of {flips['n']}) |" if need else \
-            f" | {flips['up']} / {flips['down']} (of {flips['n']}) |"
+        r["fixed_needed"] = need["nfe"] if need else None
+        r["saving"] = need["nfe"] / r["nfe_mean"] if need else None
+        r["losses"] = lo = losses(cells, r)
+        n = max(lo["n"], 1)
+        need_s = str(need["nfe"]) if need else f"> {top}"
+        saving_s = f"{r['saving']:.2f}x" if need else "n/a"
+        lines.append(f"| {r['label']} | {r['nfe_mean']:.2f} | {pct(r['acc'])} ± {pct(r['acc_std'])} | {need_s} | "
+                     f"{saving_s} | {pct(lo['settled'] / n)} | {lo['up']} / {lo['down']} | {lo['settled_wrong']} "
+                     f"({lo['settled_wrong_fixed_right']}) | {r['rows']} |")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    (out.parent / f"{out.name}.json").write_text(json.dumps(rows, indent=1))
 
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     ax.errorbar([r["nfe_mean"] for r in fixed], [100 * r["acc"] for r in fixed],
                 yerr=[100 * r["acc_std"] for r in fixed], marker="o", capsize=3, color="k",
-                label="fixed early-stop (rho 8)")
-    for i, top in enumerate(sorted({r["nfe"] for r in rules})):
-        pts = [r for r in rules if r["nfe"] == top]
+                label="fixed early-stop")
+    for i, budget in enumerate(sorted({r["nfe"] for r in rules})):
+        pts = [r for r in rules if r["nfe"] == budget]
         ax.scatter([r["nfe_mean"] for r in pts], [100 * r["acc"] for r in pts], marker="s", color=f"C{i}",
-                   label=f"adaptive, max {top} NFE (check decodes counted)")
+                   label=f"adaptive exit, max {budget} NFE (check decodes counted)")
     ax.set_xscale("log", base=2)
     ticks = [r["nfe"] for r in fixed]
     ax.set_xticks(ticks, [str(t) for t in ticks])
@@ -227,6 +245,7 @@ def report(cells: list[dict], variant: str, out: Path, command: str) -> None:
     fig.savefig(out.with_suffix(".png"), dpi=110)
     plt.close(fig)
     print("\n".join(lines))
+    return rows
 
 
 def main() -> None:

@@ -62,10 +62,18 @@ def task_config(cfg: DemoConfig) -> arith.ArithTaskConfig | chain.ChainTaskConfi
                                  distractors=cfg.task.distractors)
 
 
-def task_rows(problems: list, task: ModuleType) -> list[dict]:
-    """Problems as data rows {prompt, response, answer}: the math template applies on top (elfreg.data)."""
-    return [{"prompt": task.format_prompt(p), "response": task.reference_response(p), "answer": p.answer}
+def task_rows(problems: list, task: ModuleType, styles: int = 1) -> list[dict]:
+    """Problems as data rows {prompt, response, answer}: the math template applies on top (elfreg.data).
+
+    styles = 2: each problem twice, with the worked solution and with the final line alone ('#### X'), so a prompt
+    has two valid responses of different lengths (DemoTask.styles).
+    """
+    rows = [{"prompt": task.format_prompt(p), "response": task.reference_response(p), "answer": p.answer}
             for p in problems]
+    if styles == 2:
+        rows += [{"prompt": task.format_prompt(p), "response": f"#### {p.answer}", "answer": p.answer}
+                 for p in problems]
+    return rows
 
 
 def head_token_ids(tokenizer, rows: list[dict]) -> list[int]:
@@ -104,9 +112,10 @@ def sample_texts(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: Sam
 
 
 def sample_texts_nfe(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: SamplerConfig,
-                     batch_size: int) -> tuple[list[str], list[float], list[int]]:
-    """``sample_texts`` plus the NFE each row spent; the adaptive exit rule watches the task's final answer."""
-    texts, exits, nfe = [], [], []
+                     batch_size: int) -> tuple[list[str], list[float], list[int], list[bool | None]]:
+    """``sample_texts`` plus the NFE each row spent and whether its answer settled (adaptive exit, else None); the
+    adaptive exit rule watches the task's final answer."""
+    texts, exits, nfe, settled = [], [], [], []
     for b in range(0, x.shape[0], batch_size):
         idx = list(range(b, min(b + batch_size, x.shape[0])))
         answer_of = None
@@ -118,7 +127,8 @@ def sample_texts_nfe(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg:
         texts += detokenize(model.tokenizer, response_token_ids(res.token_ids, mask[idx], model.tokenizer.eos_token_id))
         exits += res.exit_time.tolist()
         nfe += res.nfe
-    return texts, exits, nfe
+        settled += res.settled if res.settled is not None else [None] * len(idx)
+    return texts, exits, nfe, settled
 
 
 def per_problem(texts: list[str], problems: list, task: ModuleType) -> tuple[list[int], list[int]]:
@@ -192,8 +202,8 @@ def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig,
         cell = {"sampler": sampler_name, "nfe": nfe, **{key: [] for key in CELL_LISTS}}
         for seed in ev.seeds:
             t1 = time.perf_counter()
-            texts, exits, spent = sample_texts_nfe(model, x, mask, sampler_config(model, cfg, sampler_name, nfe, seed),
-                                                   ev.batch_size)
+            texts, exits, spent, _ = sample_texts_nfe(model, x, mask,
+                                                      sampler_config(model, cfg, sampler_name, nfe, seed), ev.batch_size)
             cell["seconds"].append(time.perf_counter() - t1)
             right, chain_right = per_problem(texts, problems, task)
             cell["acc"].append(sum(right) / len(problems))
@@ -358,7 +368,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     task, tcfg = task_module(cfg), task_config(cfg)
     train_p = task.make_split(cfg.task.n_train, cfg.task.seed, "train", tcfg)
     test_p = task.make_split(cfg.task.n_test, cfg.task.seed, "test", tcfg)
-    train_rows, test_rows = task_rows(train_p, task), task_rows(test_p, task)
+    train_rows, test_rows = task_rows(train_p, task, cfg.task.styles), task_rows(test_p, task)
     atomic_write_text(out / "test.jsonl", "".join(json.dumps({"id": f"{cfg.task.kind}/{i}", "question": r["prompt"],
                                                               "answer": r["answer"]}) + "\n"
                                                   for i, r in enumerate(test_rows)))
