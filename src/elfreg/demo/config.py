@@ -26,16 +26,11 @@ class DemoTask:
     n_train: int = 1000  # of the 1,098 training problems of two-step arithmetic
     n_test: int = 100  # 200 made the full demo 16.3 min on 2 cores; 100 halves the 5-min evaluation
     seed: int = 0
-    # response styles of the training rows: 1, the worked solution; 2, also the final line alone ('#### X'), so
-    # every prompt has two valid responses of different lengths (a prompt whose answer text is ambiguous, as real
-    # solutions are: one network pass cannot pick a style, iterative sampling can; docs/sampling.md, adaptive exit)
-    styles: int = 1
 
     def __post_init__(self) -> None:
         check(self.kind in TASKS, "task.kind", f"unknown task {self.kind!r}; choose from {TASKS}")
         check(self.n_train >= 8, "task.n_train", "must be >= 8")
         check(self.n_test >= 1, "task.n_test", "must be >= 1")
-        check(self.styles in (1, 2), "task.styles", f"must be 1 or 2, got {self.styles}")
 
 
 @dataclass

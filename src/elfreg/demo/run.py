@@ -62,18 +62,10 @@ def task_config(cfg: DemoConfig) -> arith.ArithTaskConfig | chain.ChainTaskConfi
                                  distractors=cfg.task.distractors)
 
 
-def task_rows(problems: list, task: ModuleType, styles: int = 1) -> list[dict]:
-    """Problems as data rows {prompt, response, answer}: the math template applies on top (elfreg.data).
-
-    styles = 2: each problem twice, with the worked solution and with the final line alone ('#### X'), so a prompt
-    has two valid responses of different lengths (DemoTask.styles).
-    """
-    rows = [{"prompt": task.format_prompt(p), "response": task.reference_response(p), "answer": p.answer}
+def task_rows(problems: list, task: ModuleType) -> list[dict]:
+    """Problems as data rows {prompt, response, answer}: the math template applies on top (elfreg.data)."""
+    return [{"prompt": task.format_prompt(p), "response": task.reference_response(p), "answer": p.answer}
             for p in problems]
-    if styles == 2:
-        rows += [{"prompt": task.format_prompt(p), "response": f"#### {p.answer}", "answer": p.answer}
-                 for p in problems]
-    return rows
 
 
 def head_token_ids(tokenizer, rows: list[dict]) -> list[int]:
@@ -368,7 +360,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     task, tcfg = task_module(cfg), task_config(cfg)
     train_p = task.make_split(cfg.task.n_train, cfg.task.seed, "train", tcfg)
     test_p = task.make_split(cfg.task.n_test, cfg.task.seed, "test", tcfg)
-    train_rows, test_rows = task_rows(train_p, task, cfg.task.styles), task_rows(test_p, task)
+    train_rows, test_rows = task_rows(train_p, task), task_rows(test_p, task)
     atomic_write_text(out / "test.jsonl", "".join(json.dumps({"id": f"{cfg.task.kind}/{i}", "question": r["prompt"],
                                                               "answer": r["answer"]}) + "\n"
                                                   for i, r in enumerate(test_rows)))
