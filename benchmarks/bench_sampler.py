@@ -5,7 +5,8 @@ Run: PYTHONPATH=src python benchmarks/bench_sampler.py [--nfe 16] [--batch 1 16]
 Prints, per sampler and batch size, the fastest of interleaved repeats of both and their ratio (goal
 <= 1.03x). The adaptive exit is timed with an answer that never settles, so every row runs its whole budget:
 its bare reference is the same calls (the budget's denoiser calls, its check decodes and the last decode), and
-the ratio is the cost of the rule's own bookkeeping (argmax, answer comparison) on top of its counted NFE. The minimum, not the median, because the shared CPU's load only ever adds time.
+the ratio is the cost of the rule's own bookkeeping (argmax, answer comparison) on top of its counted NFE.
+The minimum, not the median, because the shared CPU's load only ever adds time.
 The network is the project's ElfStudent at a small CPU size (4 blocks x 256, SmolLM2-135M feature
 width 576, REG token, canvas 128, vocabulary 49,152), randomly initialised: speed does not need training.
 """

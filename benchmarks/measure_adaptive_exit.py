@@ -38,7 +38,7 @@ FIXED = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CHECK_EVERY = (1, 2, 4)
 PATIENCE = (1, 2, 3)
 MIN_NFE = (0,)
-MAX_NFE = (32, 64)
+MAX_NFE = (8, 16, 32, 64)
 
 
 def merged_overrides(extra: list[str]) -> list[str]:
@@ -274,8 +274,8 @@ def main() -> None:
 
     train_seeds = demo_config(False, overrides).train.seeds
     for variant in args.variants:
-        report(read_cells(path, variant, model_steps(args.run, variant, train_seeds)), variant, args.out if len(args.variants) == 1 else args.out.with_name(f"{args.out.name}-{variant}"),
-               command)
+        out = args.out if len(args.variants) == 1 else args.out.with_name(f"{args.out.name}-{variant}")
+        report(read_cells(path, variant, model_steps(args.run, variant, train_seeds)), variant, out, command)
 
 
 if __name__ == "__main__":

@@ -153,8 +153,8 @@ def eval_cells(cfg: DemoConfig) -> list[tuple[str, int]]:
 def merge_evals(evals: dict[int, dict]) -> dict:
     """One variant's evaluations of several training seeds {seed: evaluate(...)} as one set of cells.
 
-    A merged cell's lists (acc, chain_acc, correct, exit_time, seconds, nfe_mean) run over (training seed, sampling seed)
-    pairs, training seed outermost; ``train_seed`` names each entry's training seed, for the paired claims.
+    A merged cell's lists (CELL_LISTS) run over (training seed, sampling seed) pairs, training seed outermost;
+    ``train_seed`` names each entry's training seed, for the paired claims.
     """
     seeds = list(evals)
     first = evals[seeds[0]]
