@@ -3,7 +3,10 @@
 Run: PYTHONPATH=src python benchmarks/bench_sampler.py [--nfe 16] [--batch 1 16] [--threads 1]
      (GPU: add --device cuda --bf16)
 Prints, per sampler and batch size, the fastest of interleaved repeats of both and their ratio (goal
-<= 1.03x). The minimum, not the median, because the shared CPU's load only ever adds time.
+<= 1.03x). The adaptive exit is timed with an answer that never settles, so every row runs its whole budget:
+its bare reference is the same calls (the budget's denoiser calls, its check decodes and the last decode), and
+the ratio is the cost of the rule's own bookkeeping (argmax, answer comparison) on top of its counted NFE.
+The minimum, not the median, because the shared CPU's load only ever adds time.
 The network is the project's ElfStudent at a small CPU size (4 blocks x 256, SmolLM2-135M feature
 width 576, REG token, canvas 128, vocabulary 49,152), randomly initialised: speed does not need training.
 """
@@ -61,15 +64,21 @@ def autocast(device: str, bf16: bool):
 
 
 @torch.inference_mode()
-def bare_calls(net: nn.Module, cfg: BenchConfig, x: torch.Tensor, nfe: int, with_reg: bool) -> None:
-    """N bare network calls on fixed inputs: N - 1 denoiser calls and 1 decoder call."""
+def bare_calls(net: nn.Module, cfg: BenchConfig, x: torch.Tensor, denoiser: int, decoder: int, with_reg: bool) -> None:
+    """Bare network calls on fixed inputs: ``denoiser`` denoiser calls and ``decoder`` decoder calls."""
     b, dev = x.shape[0], x.device
     q = torch.zeros_like(x)
     t, w = torch.full((b,), 0.3, device=dev), torch.full((b,), 3.0, device=dev)
     reg = torch.zeros(b, cfg.reg_dim, device=dev) if with_reg else None
-    for _ in range(nfe - 1):
+    for _ in range(denoiser):
         net(x, q, t, w, reg=reg, reg_q=reg, decoder=False)
-    net(x, q, torch.ones(b, device=dev), w, reg=reg, reg_q=reg, decoder=True)
+    for _ in range(decoder):
+        net(x, q, torch.ones(b, device=dev), w, reg=reg, reg_q=reg, decoder=True)
+
+
+def never_settles(ids: torch.Tensor, rows) -> list:
+    """An answer the adaptive rule never accepts: every row runs its whole budget."""
+    return [None] * len(rows)
 
 
 class CachedNetwork(nn.Module):
@@ -125,17 +134,22 @@ def main() -> None:
     for batch in args.batch:
         x, mask = inputs(cfg, batch, device=args.device)
         keys = [(i, 0) for i in range(batch)]
-        for sampler in ("full-span", "early-stop", "renoise"):
+        for sampler in ("full-span", "early-stop", "renoise", "adaptive"):
             scfg = SamplerConfig(sampler=sampler, nfe=args.nfe, rho=8)
-            seconds(lambda: bare_calls(net, cfg, x, 2, True))  # warm-up
+            calls = (args.nfe - 1, 1)
+            if sampler == "adaptive":   # the budget of a row that never settles
+                last = scfg.exit_rule().schedule[-1]
+                calls = (last.k, last.nfe - last.k)
+            answer = never_settles if sampler == "adaptive" else None
+            seconds(lambda: bare_calls(net, cfg, x, 1, 1, True))  # warm-up
             # interleave the two measurements so machine load drifts hit both alike
             bare, full = [], []
             with autocast(args.device, args.bf16):
                 for _ in range(args.repeats):
-                    bare.append(seconds(lambda: bare_calls(net, cfg, x, args.nfe, True)))
-                    full.append(seconds(lambda: sample(net, x, mask, scfg, keys)))
+                    bare.append(seconds(lambda: bare_calls(net, cfg, x, *calls, True)))
+                    full.append(seconds(lambda: sample(net, x, mask, scfg, keys, answer)))
                 cached = CachedNetwork(net, cfg, x)
-                k_s = min(seconds(lambda: sample(cached, x, mask, scfg, keys)) for _ in range(args.repeats))
+                k_s = min(seconds(lambda: sample(cached, x, mask, scfg, keys, answer)) for _ in range(args.repeats))
             b_s, f_s = min(bare), min(full)
             print(f"{sampler:<11} {batch:>5} {args.nfe:>4} {b_s:>9.4f} {f_s:>10.4f} {f_s / b_s:>6.3f}x "
                   f"{k_s:>11.4f} {1 + k_s / b_s:>9.3f}x")

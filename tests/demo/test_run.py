@@ -38,7 +38,11 @@ def test_quick_demo_writes_every_artifact(demo_run):
     assert n_seeds >= 2 and results["train_seeds"] == cfg.train.seeds
     for variant in ("ELF", "ELF-REG"):
         cells = results["models"][variant]["eval"]["cells"]
-        assert {(c["sampler"], c["nfe"]) for c in cells} == {(s, n) for s in cfg.eval.samplers for n in cfg.eval.nfes}
+        assert {(c["sampler"], c["nfe"]) for c in cells} == {(s, n) for s in cfg.eval.samplers for n in cfg.eval.nfes} \
+            | {("adaptive", n) for n in cfg.eval.adaptive_nfes}
+        # NFE per sample: N for the fixed samplers, at most the budget for the adaptive exit (check decodes counted)
+        assert all(c["nfe_mean"] == [c["nfe"]] * len(c["acc"]) for c in cells if c["sampler"] != "adaptive")
+        assert all(0 < v <= c["nfe"] for c in cells if c["sampler"] == "adaptive" for v in c["nfe_mean"])
         # one entry per (training seed, sampling seed), training seed outermost
         assert all(len(c["acc"]) == n_seeds * n_eval and 0 <= c["mean"] <= 1 for c in cells)
         assert all(c["train_seed"] == [s for s in cfg.train.seeds for _ in range(n_eval)] for c in cells)
@@ -58,6 +62,7 @@ def test_quick_demo_writes_every_artifact(demo_run):
     report = (out / "report.md").read_text()
     assert "## The paper's claims at this scale" in report and "ELF-REG beats ELF" in report
     assert "## Test accuracy during training" in report
+    assert "## Adaptive exit (answer stability)" in report
     assert len(claims(results, cfg)) == 9 + len(cfg.eval.reach)
     assert "reaches 10 % test accuracy in fewer steps than ELF (Fig. 3)" in report
     # the features were cached once, keyed by model, layers and data

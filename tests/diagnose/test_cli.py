@@ -145,3 +145,57 @@ def test_models_in_folders_of_one_name_are_labelled_by_their_paths(tmp_path, tin
                   "--task", "first-word", "--device", "cpu", "--no-progress")
     assert cmd_diagnose(args, task_lookup=lambda n: FIRST_WORD if n == "first-word" else None) == 0
     assert set(json.loads((out / "diagnostics.json").read_text())["models"]) == {"ELF/seed-0/model", "mine"}
+
+
+def test_exit_rule_fires_where_elfreg_generate_adaptive_stops(tmp_path, tiny_lm_dir, prompts_file, capsys):
+    # the rule along a 32-point master path with max NFE 16 is `elfreg generate --sampler adaptive --nfe 16 --rho 2`
+    from elfreg.sampling.cli import cmd_generate, register as register_generate
+    from elfreg.sampling.results_io import read_records
+
+    reg = _save(tmp_path, tiny_lm_dir, "elf-reg", "reg")
+    out = tmp_path / "diag"
+    assert cmd_diagnose(_parse("--model", str(reg), "--prompts", str(prompts_file), "--out", str(out), "--steps",
+                               "32", "--readouts", "4", "--seeds", "0,1", "--accel-steps", "0", "--task", "exact",
+                               "--exit-check-every", "1", "--exit-patience", "1", "--exit-max-nfe", "16",
+                               "--device", "cpu", "--no-progress")) == 0
+    doc = json.loads((out / "diagnostics.json").read_text())
+    res = doc["models"]["elf-reg"]
+    e = res["exit_rule"]
+    assert e["rule"] == {"check_every": 1, "patience": 1, "min_nfe": 0, "max_nfe": 16, "rho": 2}
+    assert [r["nfe"] for r in res["readouts"]] == [4, 16, 32]    # fixed early-stop at the rule's max NFE added
+    assert e["fixed_nfe"] == 16 and e["nfe"]["n"] == 6 and 4 <= e["nfe"]["min"] <= e["nfe"]["max"] <= 16
+    assert sum(e["nfe"]["histogram"].values()) == 6
+    assert e["settled_wrong"] is not None and e["flips_vs_fixed"]["n"] == 6
+    assert "Adaptive exit rule on the same paths" in capsys.readouterr().out and "| elf-reg | 1, 1, 0 |" in \
+        doc["exit_rule_table"]
+    parser = argparse.ArgumentParser(prog="elfreg")
+    register_generate(parser.add_subparsers(dest="command", required=True))
+    for seed in (0, 1):
+        gen = tmp_path / f"gen{seed}.jsonl"
+        assert cmd_generate(parser.parse_args([
+            "generate", "--model", str(reg), "--prompts", str(prompts_file), "--out", str(gen), "--sampler",
+            "adaptive", "--nfe", "16", "--rho", "2", "--check-every", "1", "--patience", "1", "--extract", "text",
+            "--seed", str(seed), "--device", "cpu", "--no-progress"])) == 0
+        recs = {r["prompt_index"]: r for r in read_records(gen)}
+        for s in (s for s in res["samples"] if s["seed"] == seed):
+            r = recs[s["prompt_index"]]
+            assert s["exit"]["nfe"] == r["nfe_spent"] and s["exit"]["settled"] == r["settled"]
+            assert s["exit"]["answer"] == (r["response"].strip() or None)
+            assert s["exit"]["t"] == pytest.approx(r["exit_time"])
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--exit-check-every", "-1"], "exit_check_every: need an integer >= 0"),
+    (["--exit-check-every", "2", "--exit-max-nfe", "12"], "exit_max_nfe: need an integer that divides steps = 32"),
+    (["--exit-check-every", "2", "--exit-patience", "0"], "exit_patience: need an integer >= 1"),
+    (["--exit-check-every", "4", "--exit-max-nfe", "8"], "exit_patience: 3 checks every 4 denoiser calls"),
+    (["--exit-check-every", "1", "--exit-min-nfe", "40", "--exit-max-nfe", "16"], "exit_min_nfe: 40 exceeds"),
+])
+def test_bad_exit_rule_fails_before_loading(tmp_path, prompts_file, capsys, extra, match):
+    def load(path, device, prompt_format="template"):
+        raise AssertionError("must not load")
+
+    argv = ["--model", "m", "--out", str(tmp_path / "o"), "--prompts", str(prompts_file), "--steps", "32",
+            "--readouts", "4,8", *extra]
+    assert cmd_diagnose(_parse(*argv), load=load) == 2
+    assert match in capsys.readouterr().err and not (tmp_path / "o").exists()

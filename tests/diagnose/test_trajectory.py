@@ -95,3 +95,29 @@ def test_acceleration_of_a_real_student_is_finite_and_without_reg_for_olt():
     x, mask = student_inputs(net, 2)
     prof = run_acceleration(net, x, mask, SamplerConfig(sampler="full-span", nfe=6, grid="uniform"), KEYS)
     assert prof.joint_norm is None and torch.isfinite(prof.text_norm).all() and (prof.text_norm > 0).all()
+
+
+@pytest.mark.parametrize("check_every, patience", [(1, 1), (2, 1), (3, 2)])
+def test_exit_rule_on_the_master_path_is_the_adaptive_sampler(check_every, patience):
+    from elfreg.sampling.exit import ExitRule
+
+    net = tiny_student()
+    x, mask = student_inputs(net, 6)
+    keys = [(i, i % 2) for i in range(6)]
+    m, top = 48, 24   # the adaptive sampler with nfe = 24, rho = 2 runs a prefix of this master path
+
+    def first_token(ids, rows):   # a one-token "answer", so that some rows settle on a random network
+        return [int(ids[i][~mask[r]][0]) for i, r in enumerate(rows)]
+
+    rule = ExitRule.checked(check_every, patience, 0, top)
+    master = run_master(net, x, mask, SamplerConfig(sampler="full-span", nfe=m, seed=3), [*keys], [0, 5],
+                        exit_rule=(rule, first_token))
+    ad = sample(net, x, mask, SamplerConfig(sampler="adaptive", nfe=top, rho=m // top, seed=3,
+                                            check_every=check_every, patience=patience), keys, first_token)
+    ex = master.exit
+    assert any(ex.settled) and ex.nfe != [ex.nfe[0]] * 6   # some rows stop early, at different steps
+    assert ex.nfe == ad.nfe and ex.settled == ad.settled
+    assert torch.equal(ex.token_ids, ad.token_ids)
+    assert ex.times == ad.exit_time.tolist()
+    assert all(k <= rule.max_calls and n <= top for k, n in zip(ex.steps, ex.nfe))
+    assert master.denoiser_calls == m - 1 and master.decoder_calls > 3   # the rule's decodes are extra calls

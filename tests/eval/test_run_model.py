@@ -198,3 +198,36 @@ def test_eval_run_on_mmlu_uses_its_protocol_and_prompt(tmp_path, tiny_lm_dir, ca
     assert main(["eval", "run", "--model", str(small), "--benchmark", "mmlu", "--data", str(data), "--out",
                  str(tmp_path / "none"), "--long-prompts", "skip", "--device", "cpu", "--no-progress"]) == 2
     assert "none is left to generate" in capsys.readouterr().err
+
+
+def test_eval_run_bad_exit_rule_fails_before_any_work(tmp_path, tiny_lm_dir, capsys):
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    base = ["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(_gsm_file(tmp_path)),
+            "--device", "cpu", "--no-progress", "--sampler", "adaptive"]
+    cases = [(["--nfe", "4"], "patience: 3 checks every 2 denoiser calls"),   # the default rule cannot fire in 4
+             (["--protocol", "paper", "--check-every", "0"], "check_every: need an integer >= 1"),
+             (["--min-nfe", "99"], "min_nfe: 99 exceeds nfe = 64"),
+             (["--extract", "regex"], "extract: unknown answer extractor 'regex'")]
+    for i, (extra, msg) in enumerate(cases):
+        out = tmp_path / f"r{i}"
+        assert main(base + ["--out", str(out)] + extra) == 2
+        assert msg in capsys.readouterr().err
+        assert not out.exists()  # nothing written, nothing generated
+
+
+def test_eval_run_protocol_with_the_adaptive_exit_records_its_settings_and_nfe(tmp_path, tiny_lm_dir):
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    out = tmp_path / "run"
+    # the paper's GSM8K protocol (64 NFE, rho 8, w 3) with the sampler switched to the adaptive exit (max 64 NFE)
+    assert main(["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(_gsm_file(tmp_path)),
+                 "--out", str(out), "--protocol", "paper", "--sampler", "adaptive", "--samples", "2",
+                 "--check-every", "4", "--patience", "1", "--no-progress", "--device", "cpu"]) == 0
+    gens = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
+    assert {(g["sampler"], g["nfe"], g["rho"], g["w"], g["check_every"], g["patience"], g["extract"])
+            for g in gens} == {("adaptive", 64, 8, 3.0, 4, 1, "gsm8k")}
+    assert all(g["nfe_spent"] == g["denoiser_calls"] + g["decoder_calls"] <= 64 for g in gens)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["evaluation"]["origin"]["sampler"] == "user" and summary["evaluation"]["origin"]["nfe"] == \
+        "protocol:paper"
+    assert summary["generation"]["patience"] == 1 and summary["nfe"]["n"] == 4
+    assert sum(summary["nfe"]["histogram"].values()) == 4

@@ -244,3 +244,55 @@ def test_elfreg_lm_eval_command_writes_lm_eval_results(model_dir, tmp_path):
     lm = ElfLM(pretrained=str(model_dir), prompt_format="template", **SETTINGS)
     texts = lm.generate_until(_requests(PROMPTS, until=["Question:"]))
     assert [s["resps"][0][0] for s in sorted(samples, key=lambda s: s["doc_id"])] == texts
+
+
+ADAPTIVE = ["--sampler", "adaptive", "--nfe", "12", "--rho", "2", "--check-every", "1", "--patience", "1",
+            "--seed", "5"]
+
+
+def test_adaptive_exit_gives_the_same_samples_and_nfe_through_eval_run_generate_and_lm_eval(model_dir, tmp_path):
+    from elfreg.cli import main
+
+    data = tmp_path / "gsm.jsonl"
+    data.write_text("".join(json.dumps({"question": p, "answer": "#### 5"}) + "\n" for p in PROMPTS[:4]))
+    run = tmp_path / "run"
+    assert main(["eval", "run", "--model", str(model_dir), "--benchmark", "gsm8k", "--data", str(data), "--out",
+                 str(run), "--samples", "2", "--device", "cpu", "--no-progress", *ADAPTIVE]) == 0
+    evaluated = {(r["prompt_index"], r["sample_index"]): r for r in map(json.loads, (run / "generations.jsonl").open())}
+    assert {r["extract"] for r in evaluated.values()} == {"gsm8k"}   # the benchmark's own answer extractor
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["generation"]["sampler"] == "adaptive" and summary["generation"]["check_every"] == 1
+    assert summary["nfe"]["n"] == 8 and summary["nfe"]["mean"] == pytest.approx(
+        sum(r["nfe_spent"] for r in evaluated.values()) / 8)
+    assert "NFE per sample: mean" in (run / "summary.md").read_text()
+
+    gen = tmp_path / "gen.jsonl"
+    assert main(["generate", "--model", str(model_dir), "--prompts", str(run / "prompts.jsonl"), "--out", str(gen),
+                 "--samples", "2", "--task", "gsm8k", "--device", "cpu", "--batch-size", "3", "--no-progress",
+                 *ADAPTIVE]) == 0
+    generated = {(r["prompt_index"], r["sample_index"]): r for r in map(json.loads, gen.open())}
+    keep = ("response", "nfe_spent", "denoiser_calls", "decoder_calls", "settled", "exit_time", "extract")
+    assert {k: {f: r[f] for f in keep} for k, r in generated.items()} == \
+        {k: {f: r[f] for f in keep} for k, r in evaluated.items()}
+    nfe = [r["nfe_spent"] for r in generated.values()]
+    assert len(set(nfe)) > 1 and max(nfe) <= 12   # rows stop at different points (not a degenerate case)
+
+    questions = [json.loads(x)["prompt"] for x in (run / "prompts.jsonl").open()]
+    lm = ElfLM(pretrained=str(model_dir), prompt_format="template", batch_size=4, sampler="adaptive", nfe=12, rho=2,
+               check_every=1, patience=1, seed=5, task="gsm8k", device="cpu")
+    assert lm.sampler_config.extract == "gsm8k"
+    got = lm.generate_until(_cloned(_requests(questions, repeats=2)))
+    assert got == [generated[(i, k)]["response"] for i in range(4) for k in (0, 1)]
+    assert lm.nfe_spent == [generated[(i, k)]["nfe_spent"] for i in range(4) for k in (0, 1)]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"sampler": "adaptive", "check_every": "two"}, "model_args check_every: expected int"),
+    ({"sampler": "adaptive", "patience": 0}, "^patience: need an integer >= 1"),
+    ({"sampler": "adaptive", "nfe": 6, "check_every": 4}, "^patience: .* could never fire"),
+    ({"sampler": "adaptive", "min_nfe": 100}, "^min_nfe: 100 exceeds nfe = 64"),
+    ({"sampler": "adaptive", "extract": "regex"}, "^extract: unknown answer extractor 'regex'"),
+])
+def test_bad_exit_rule_model_args_fail_before_loading(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ElfLM(pretrained="/no/such/model", **kwargs)

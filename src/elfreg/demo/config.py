@@ -98,6 +98,8 @@ class DemoEval:
     w: float = 3.0
     batch_size: int = 100
     main_nfe: int = 16
+    # the adaptive exit (answer stability, elfreg.sampling.exit) at these max NFE, with the sampler's default rule
+    adaptive_nfes: list[int] = field(default_factory=lambda: [16])
     # test accuracy of the EMA weights during training (early-stop, main NFE, first seed) every this many steps;
     # 0: off. A divisor of train.steps, so that the curve's last point is the final model
     curve_every: int = 200
@@ -112,6 +114,13 @@ class DemoEval:
         check(len(self.seeds) >= 1, "eval.seeds", "need at least one seed")
         check(all(n >= 2 for n in self.nfes), "eval.nfes", "every NFE must be >= 2")
         check(self.main_nfe in self.nfes, "eval.main_nfe", f"must be one of eval.nfes {self.nfes}")
+        from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule
+
+        for n in self.adaptive_nfes:
+            try:
+                ExitRule.checked(DEFAULT_EXIT["check_every"], DEFAULT_EXIT["patience"], DEFAULT_EXIT["min_nfe"], n)
+            except ValueError as exc:
+                check(False, "eval.adaptive_nfes", f"max NFE {n}: {exc}")
 
 
 @dataclass

@@ -167,6 +167,34 @@ def reach_claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
     return rows
 
 
+def adaptive_section(results: dict, cfg: DemoConfig) -> list[str]:
+    """The adaptive exit's cells against prefix early-stop at the same max NFE (the same paths, paired)."""
+    from elfreg.sampling.exit import DEFAULT_EXIT
+
+    ev = cfg.eval
+    if not ev.adaptive_nfes:
+        return []
+    lines = ["", "## Adaptive exit (answer stability)", "",
+             (f"Prefix early-stop on the master grid of rho x max NFE points that stops each sample once its final "
+              f"answer (the '#### X' line) has repeated at {DEFAULT_EXIT['patience']} consecutive checks, one check "
+              f"(a decoder call, counted as 1 NFE) every {DEFAULT_EXIT['check_every']} denoiser calls, after at least "
+              f"{DEFAULT_EXIT['min_nfe']} NFE; a sample that never settles stops at the max NFE (docs/sampling.md). "
+              "Mean NFE: what each sample spent, check decodes included, mean over samples and seeds. The "
+              "comparison is paired with early-stop at the max NFE, which runs the same path to its end."), "",
+             "| model | max NFE | mean NFE spent | adaptive (%) | early-stop at max NFE (%) | difference (2 s.e.) |",
+             "|---|---|---|---|---|---|"]
+    n_problems = results.get("task", {}).get("test")
+    for v in results["models"]:
+        for n in ev.adaptive_nfes:
+            a, fixed = _cell(results, v, "adaptive", n), _cell(results, v, "early-stop", n)
+            if a is None:
+                continue
+            spent = sum(a["nfe_mean"]) / len(a["nfe_mean"])
+            evidence = _compare(fixed, a, 1, n_problems)[1] if fixed else "early-stop not measured at this NFE"
+            lines.append(f"| {v} | {n} | {spent:.2f} | {_fmt(a)} | {_fmt(fixed)} | {evidence} |")
+    return lines
+
+
 def task_description(cfg: DemoConfig) -> str:
     """The configured task in words, for the report."""
     t = cfg.task
@@ -213,6 +241,7 @@ def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
             row = [next((f"{100 * pt['acc']:.1f}" for pt in r.get("curve") or [] if pt["step"] == st), "–")
                    for rs in runs.values() for r in rs]
             lines.append(f"| {st} | " + " | ".join(row) + " |")
+    lines += adaptive_section(results, cfg)
     lines += ["", "## The paper's claims at this scale", "",
               ("A claim held or did not hold only where the difference exceeds twice its standard error, paired over "
                "the training seeds (seed s of one model against seed s of the other) and the test problems (each "

@@ -32,6 +32,7 @@ from elfreg.demo import arith
 from elfreg.demo import task as chain
 from elfreg.demo.config import DemoConfig
 from elfreg.hub import ElfModel
+from elfreg.sampling.answers import extractor, text_answers
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.decode import detokenize, response_token_ids
 from elfreg.sampling.samplers import sample
@@ -99,15 +100,27 @@ def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: li
 def sample_texts(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: SamplerConfig,
                  batch_size: int) -> tuple[list[str], list[float]]:
     """Response texts and exit times of every encoded prompt (row i uses noise key (i, 0)); checks the NFE spent."""
-    texts, exits = [], []
+    return sample_texts_nfe(model, x, mask, scfg, batch_size)[:2]
+
+
+def sample_texts_nfe(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: SamplerConfig,
+                     batch_size: int) -> tuple[list[str], list[float], list[int], list[bool | None]]:
+    """``sample_texts`` plus the NFE each row spent and whether its answer settled (adaptive exit, else None); the
+    adaptive exit rule watches the task's final answer."""
+    texts, exits, nfe, settled = [], [], [], []
     for b in range(0, x.shape[0], batch_size):
         idx = list(range(b, min(b + batch_size, x.shape[0])))
-        res = sample(model.student, x[idx], mask[idx], scfg, keys=[(i, 0) for i in idx])
-        if res.count.nfe != scfg.nfe:
-            raise RuntimeError(f"sampler spent {res.count.nfe} NFE, expected {scfg.nfe}")
+        answer_of = None
+        if scfg.sampler == "adaptive":
+            answer_of = text_answers(model.tokenizer, mask[idx], extractor(scfg.extract))
+        res = sample(model.student, x[idx], mask[idx], scfg, keys=[(i, 0) for i in idx], answer_of=answer_of)
+        if scfg.sampler != "adaptive" and res.nfe != [scfg.nfe] * len(idx):
+            raise RuntimeError(f"sampler spent {res.nfe} NFE, expected {scfg.nfe}")
         texts += detokenize(model.tokenizer, response_token_ids(res.token_ids, mask[idx], model.tokenizer.eos_token_id))
         exits += res.exit_time.tolist()
-    return texts, exits
+        nfe += res.nfe
+        settled += res.settled if res.settled is not None else [None] * len(idx)
+    return texts, exits, nfe, settled
 
 
 def per_problem(texts: list[str], problems: list, task: ModuleType) -> tuple[list[int], list[int]]:
@@ -125,27 +138,36 @@ def accuracy(texts: list[str], problems: list, task: ModuleType) -> tuple[float,
 def sampler_config(model: ElfModel, cfg: DemoConfig, sampler_name: str, nfe: int, seed: int) -> SamplerConfig:
     ev = cfg.eval
     return SamplerConfig(sampler=sampler_name, nfe=nfe, rho=ev.rho, w=ev.w, sigma=model.config.objective.sigma,
-                         seed=seed)
+                         seed=seed, extract="final-line")
+
+
+CELL_LISTS = ("acc", "chain_acc", "correct", "exit_time", "seconds", "nfe_mean")
+
+
+def eval_cells(cfg: DemoConfig) -> list[tuple[str, int]]:
+    """(sampler, NFE) of every evaluated cell: each sampler at each NFE, then the adaptive exit at each max NFE."""
+    ev = cfg.eval
+    return [(s, n) for s in ev.samplers for n in ev.nfes] + [("adaptive", n) for n in ev.adaptive_nfes]
 
 
 def merge_evals(evals: dict[int, dict]) -> dict:
     """One variant's evaluations of several training seeds {seed: evaluate(...)} as one set of cells.
 
-    A merged cell's lists (acc, chain_acc, correct, exit_time, seconds) run over (training seed, sampling seed)
-    pairs, training seed outermost; ``train_seed`` names each entry's training seed, for the paired claims.
+    A merged cell's lists (CELL_LISTS) run over (training seed, sampling seed) pairs, training seed outermost;
+    ``train_seed`` names each entry's training seed, for the paired claims.
     """
     seeds = list(evals)
     first = evals[seeds[0]]
     out = {"encoder_seconds": sum(e["encoder_seconds"] for e in evals.values()), "cells": []}
     for i, c0 in enumerate(first["cells"]):
         cell = {"sampler": c0["sampler"], "nfe": c0["nfe"], "train_seed": []}
-        for key in ("acc", "chain_acc", "correct", "exit_time", "seconds"):
+        for key in CELL_LISTS:
             cell[key] = []
         for s in seeds:
             c = evals[s]["cells"][i]
             if (c["sampler"], c["nfe"]) != (c0["sampler"], c0["nfe"]):
                 raise ValueError("evaluations of different training seeds have different cells")
-            for key in ("acc", "chain_acc", "correct", "exit_time", "seconds"):
+            for key in CELL_LISTS:
                 cell[key] += c[key]
             cell["train_seed"] += [s] * len(c["acc"])
         cell["examples"] = c0.get("examples", [])
@@ -168,27 +190,26 @@ def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig,
     x, mask, encoder_s = encoded
     ev, task = cfg.eval, task_module(cfg)
     out: dict = {"encoder_seconds": encoder_s, "cells": []}
-    for sampler_name in ev.samplers:
-        for nfe in ev.nfes:
-            cell = {"sampler": sampler_name, "nfe": nfe, "acc": [], "chain_acc": [], "correct": [], "exit_time": [],
-                    "seconds": []}
-            for seed in ev.seeds:
-                t1 = time.perf_counter()
-                texts, exits = sample_texts(model, x, mask, sampler_config(model, cfg, sampler_name, nfe, seed),
-                                            ev.batch_size)
-                cell["seconds"].append(time.perf_counter() - t1)
-                right, chain_right = per_problem(texts, problems, task)
-                cell["acc"].append(sum(right) / len(problems))
-                cell["chain_acc"].append(sum(chain_right) / len(problems))
-                cell["correct"].append(right)  # per problem, for the paired comparisons of the report
-                cell["exit_time"].append(statistics.fmean(exits))
-                if seed == ev.seeds[0]:
-                    cell["examples"] = [{"prompt": r["prompt"], "response": s, "answer": r["answer"]}
-                                        for r, s in list(zip(rows, texts))[:3]]
-                progress.update(1)
-            cell["mean"] = statistics.fmean(cell["acc"])
-            cell["std"] = statistics.stdev(cell["acc"]) if len(cell["acc"]) > 1 else 0.0
-            out["cells"].append(cell)
+    for sampler_name, nfe in eval_cells(cfg):
+        cell = {"sampler": sampler_name, "nfe": nfe, **{key: [] for key in CELL_LISTS}}
+        for seed in ev.seeds:
+            t1 = time.perf_counter()
+            texts, exits, spent, _ = sample_texts_nfe(model, x, mask,
+                                                      sampler_config(model, cfg, sampler_name, nfe, seed), ev.batch_size)
+            cell["seconds"].append(time.perf_counter() - t1)
+            right, chain_right = per_problem(texts, problems, task)
+            cell["acc"].append(sum(right) / len(problems))
+            cell["chain_acc"].append(sum(chain_right) / len(problems))
+            cell["correct"].append(right)  # per problem, for the paired comparisons of the report
+            cell["exit_time"].append(statistics.fmean(exits))
+            cell["nfe_mean"].append(statistics.fmean(spent))  # NFE per sample (adaptive: check decodes included)
+            if seed == ev.seeds[0]:
+                cell["examples"] = [{"prompt": r["prompt"], "response": s, "answer": r["answer"]}
+                                    for r, s in list(zip(rows, texts))[:3]]
+            progress.update(1)
+        cell["mean"] = statistics.fmean(cell["acc"])
+        cell["std"] = statistics.stdev(cell["acc"]) if len(cell["acc"]) > 1 else 0.0
+        out["cells"].append(cell)
     return out
 
 
@@ -398,7 +419,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
         torch.set_num_threads(lane_threads)  # the same threads as the runs' accuracy curves
         return evaluate(models[i][0], test_p, test_rows, cfg, bar, models[i][1])
 
-    total = len(runs) * len(ev.samplers) * len(ev.nfes) * len(ev.seeds)
+    total = len(runs) * len(eval_cells(cfg)) * len(ev.seeds)
     with tqdm(total=total, desc="evaluate", disable=not progress) as bar:
         evals = side_by_side(list(range(len(runs))), evaluate_one, cfg.lanes)
     torch.set_num_threads(cfg.threads)

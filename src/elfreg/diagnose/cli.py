@@ -19,6 +19,7 @@ from elfreg.diagnose.run import diagnose_model, read_problems
 from elfreg.diagnose.tasks import AnswerTask, harness_task, resolve_task
 from elfreg.sampling.cli import LoadedModel, load_elf_model
 from elfreg.sampling.config import W_PRESETS, w_for_task
+from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule
 
 
 def _ints(text: str) -> list[int]:
@@ -57,6 +58,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="rows per network call")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--exit-check-every", type=int, default=None,
+                   help="adaptive exit rule (docs/sampling.md): note where it would stop each path, checking the "
+                        f"answer every this many steps (default {DEFAULT_EXIT['check_every']} when the rule fits "
+                        "--exit-max-nfe; 0: off)")
+    p.add_argument("--exit-patience", type=int, default=DEFAULT_EXIT["patience"],
+                   help="exit rule: consecutive checks that must repeat the answer")
+    p.add_argument("--exit-min-nfe", type=int, default=DEFAULT_EXIT["min_nfe"], help="exit rule: least NFE spent")
+    p.add_argument("--exit-max-nfe", type=int, default=None,
+                   help="exit rule: its NFE budget, a divisor of --steps (default --early-nfe); the rule is the "
+                        "adaptive sampler with --nfe this and --rho steps / this")
     p.add_argument("--prompt-format", default="template", choices=("template", "raw"),
                    help="template: prompts are bare questions put in the model's saved template (as elfreg "
                         "generate); raw: prompts are already formatted")
@@ -92,10 +103,22 @@ def config_from_args(args: argparse.Namespace) -> DiagnoseConfig:
     full = sorted(set(readouts) | {m})
     early = args.early_nfe if args.early_nfe is not None else (64 if 64 in full[:-1] else full[(len(full) - 1) // 2])
     w = args.w if args.w is not None else (w_for_task(args.task) if args.task.lower() in W_PRESETS else 3.0)
+    exit_max = getattr(args, "exit_max_nfe", None) or early
+    check_every = getattr(args, "exit_check_every", None)
+    if check_every is None:   # the default rule, where it can fire within the budget on this path
+        check_every = DEFAULT_EXIT["check_every"]
+        try:
+            ExitRule.checked(check_every, args.exit_patience, args.exit_min_nfe, exit_max)
+            if m % exit_max:
+                check_every = 0
+        except ValueError:
+            check_every = 0
     return DiagnoseConfig(steps=m, readouts=tuple(readouts), seeds=tuple(args.seeds), early_nfe=early, w=w,
                           sigma=args.sigma if args.sigma is not None else DiagnoseConfig.sigma,
                           drop_reg=args.drop_reg, accel_steps=m if args.accel_steps is None else args.accel_steps,
-                          state_dtype=args.state_dtype, batch_size=args.batch_size, task=args.task)
+                          state_dtype=args.state_dtype, batch_size=args.batch_size, task=args.task,
+                          exit_check_every=check_every, exit_patience=args.exit_patience,
+                          exit_min_nfe=args.exit_min_nfe, exit_max_nfe=exit_max if check_every else 0)
 
 
 def early_table(results: dict[str, dict]) -> str:
@@ -113,6 +136,27 @@ def early_table(results: dict[str, dict]) -> str:
         lines.append(f"| {label} | {e['nfe']} of {e['end_nfe']} | {pct(e['answer_agreement'])} | "
                      f"{pct(e['response_agreement'])} | {pct(e['accuracy_early'])} | {pct(e['accuracy_end'])} | "
                      f"{f['up']}/{f['n']} | {f['down']}/{f['n']} | {net} |")
+    return "\n".join(lines)
+
+
+def exit_table(results: dict[str, dict]) -> str:
+    """Markdown table of where the adaptive exit rule stops against fixed early-stop at its max_nfe ('' when off)."""
+    rows = [(label, res["exit_rule"]) for label, res in results.items() if res.get("exit_rule")]
+    if not rows:
+        return ""
+
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:.2f}%"
+
+    lines = ["| model | rule (check, patience, min NFE) | mean NFE (of max) | settled | acc. exit | acc. fixed | "
+             "up | down | settled wrong (fixed right) |", "|---|---|---|---|---|---|---|---|---|"]
+    for label, e in rows:
+        r, f = e["rule"], e["flips_vs_fixed"] or {"up": "n/a", "down": "n/a", "n": e["n"]}
+        lines.append(f"| {label} | {r['check_every']}, {r['patience']}, {r['min_nfe']} | {e['nfe']['mean']:.2f} "
+                     f"(of {r['max_nfe']}) | {pct(e['settled'])} | {pct(e['accuracy_exit'])} | "
+                     f"{pct(e['accuracy_fixed'])} | {f['up']}/{f['n']} | {f['down']}/{f['n']} | "
+                     f"{e['settled_wrong'] if e['settled_wrong'] is not None else 'n/a'} "
+                     f"({e['settled_wrong_fixed_right'] if e['settled_wrong_fixed_right'] is not None else 'n/a'}) |")
     return "\n".join(lines)
 
 
@@ -145,9 +189,13 @@ def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], L
             return 2
         settings[label] = {"model": str(path), **mcfg.to_dict(), "prompts": problems.source}
     out = Path(args.out)
-    doc = {"settings": settings, "models": results, "early_stop_table": early_table(results)}
+    doc = {"settings": settings, "models": results, "early_stop_table": early_table(results),
+           "exit_rule_table": exit_table(results)}
     atomic_write_text(out / "diagnostics.json", json.dumps(doc, indent=1) + "\n")
     atomic_write(out / "diagnostics.png", lambda p: plot_diagnostics(results, p, cfg.early_nfe))
     print(doc["early_stop_table"])
+    if doc["exit_rule_table"]:
+        print("\nAdaptive exit rule on the same paths (fixed: early-stop at the rule's max NFE):\n"
+              + doc["exit_rule_table"])
     print(f"elfreg diagnose: wrote {out / 'diagnostics.json'} and {out / 'diagnostics.png'}", file=sys.stderr)
     return 0

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from elfreg.sampling.config import SamplerConfig
+from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule
 
 STATE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -42,6 +43,12 @@ class DiagnoseConfig:
     batch_size: int = 8
     task: str = "gsm8k"
     extra: dict = field(default_factory=dict)         # free-form provenance (model paths, labels)
+    # where the adaptive exit rule (elfreg.sampling.exit) would fire on each path; 0 = not measured
+    exit_check_every: int = 0
+    exit_patience: int = DEFAULT_EXIT["patience"]
+    exit_min_nfe: int = DEFAULT_EXIT["min_nfe"]
+    exit_max_nfe: int = 0                             # 0: early_nfe; the rule is the adaptive sampler with this
+                                                      # nfe and rho = steps / exit_max_nfe (the same path)
 
     def __post_init__(self) -> None:
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 3:
@@ -57,6 +64,19 @@ class DiagnoseConfig:
         object.__setattr__(self, "seeds", seeds)
         if self.early_nfe not in self.readouts:
             raise ValueError(f"early_nfe: {self.early_nfe} is not one of the readouts {list(self.readouts)}")
+        if isinstance(self.exit_check_every, bool) or not isinstance(self.exit_check_every, int) \
+                or self.exit_check_every < 0:
+            raise ValueError(f"exit_check_every: need an integer >= 0 (0: no exit rule), got {self.exit_check_every!r}")
+        if self.exit_check_every:
+            top = self.exit_max_nfe or self.early_nfe
+            if isinstance(top, bool) or not isinstance(top, int) or top < 2 or self.steps % top:
+                raise ValueError(f"exit_max_nfe: need an integer that divides steps = {self.steps} (the adaptive "
+                                 f"sampler's master grid has rho * max_nfe points, here rho = steps / max_nfe), "
+                                 f"got {top!r}")
+            object.__setattr__(self, "exit_max_nfe", top)
+            self.exit_rule()   # validates, errors naming exit_check_every / exit_patience / exit_min_nfe
+            # fixed early-stop at the rule's max_nfe is read out too: both are compared on the same path
+            object.__setattr__(self, "readouts", tuple(sorted(set(self.readouts) | {top})))
         if self.accel_steps != 0 and self.accel_steps < 3:
             raise ValueError(f"accel_steps: need 0 (skip) or >= 3, got {self.accel_steps!r}")
         if self.state_dtype not in STATE_DTYPES:
@@ -64,6 +84,13 @@ class DiagnoseConfig:
         if self.batch_size < 1:
             raise ValueError(f"batch_size: need >= 1, got {self.batch_size!r}")
         self.sampler_config(0)   # validates w, sigma, t_eps, p_std
+
+    def exit_rule(self) -> ExitRule | None:
+        """The adaptive exit rule to follow along each path (max_nfe = exit_max_nfe), None when off."""
+        if not self.exit_check_every:
+            return None
+        return ExitRule.checked(self.exit_check_every, self.exit_patience, self.exit_min_nfe, self.exit_max_nfe,
+                                prefix="exit_")
 
     @property
     def readout_steps(self) -> list[int]:

@@ -36,6 +36,10 @@ def plot_diagnostics(models: Mapping[str, Mapping[str, Any]], path: str | Path, 
         ax_agree.plot(nfe, [r["answer_agreement"] for r in rows], "s--", color=color, label=f"{label}: answer")
         if rows[0]["accuracy"] is not None:
             ax_pass.plot(nfe, [r["accuracy"] for r in rows], "o-", color=color, label=label)
+            ex = res.get("exit_rule")
+            if ex and ex["accuracy_exit"] is not None:   # the adaptive exit at its mean NFE (checks counted)
+                ax_pass.plot([ex["nfe"]["mean"]], [ex["accuracy_exit"]], "*", color=color, markersize=12,
+                             label=f"{label}: adaptive exit")
     ax_acc.set(title="(a) acceleration ||a_t|| (uniform grid)", xlabel="t", yscale="log")
     titles = ["(b) text end-point error ||d_j - y_end||", "(c) stable-token fraction",
               "(d) agreement with the end", "(e) accuracy"]

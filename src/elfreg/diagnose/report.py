@@ -9,8 +9,9 @@ from typing import Any, Sequence
 
 import torch
 
-from elfreg.diagnose.metrics import Flips, paired_flips
+from elfreg.diagnose.metrics import Flips, answer_agrees, paired_flips
 from elfreg.flow import snr
+from elfreg.sampling.exit import ExitRule, nfe_summary
 
 
 @dataclass
@@ -27,6 +28,7 @@ class SampleRow:
     answers: list[str | None]          # extracted answer of each read-out
     correct: list[bool] | None         # None when the prompt has no reference answer
     lengths: list[int]                 # response length in tokens
+    exit: dict[str, Any] | None = None  # where the adaptive exit rule stops on this path (nfe, steps, answer, ...)
 
     @property
     def answer_agree(self) -> list[bool]:
@@ -38,7 +40,7 @@ class SampleRow:
         return {"prompt_index": self.prompt_index, "seed": self.seed, "times": self.times,
                 "text_error": self.text_error, "joint_error": self.joint_error, "stable": self.stable,
                 "response_agree": self.response_agree, "answer_agree": self.answer_agree,
-                "answers": self.answers, "correct": self.correct, "lengths": self.lengths}
+                "answers": self.answers, "correct": self.correct, "lengths": self.lengths, "exit": self.exit}
 
 
 def _finite(x: float) -> float | None:
@@ -76,6 +78,43 @@ def summarise(rows: Sequence[SampleRow], readouts: Sequence[int], sigma: float) 
         else:
             entry["accuracy"], entry["n_scored"], entry["flips_vs_end"] = None, 0, None
         out.append(entry)
+    return out
+
+
+def summarise_exit(rows: Sequence[SampleRow], rule: ExitRule, readouts: Sequence[int], steps: int) -> dict[str, Any]:
+    """Where the adaptive exit rule fires along the paths, against fixed early-stop at its max_nfe on the same paths.
+
+    The fixed comparison is the read-out at N = max_nfe (prefix early-stop with rho = steps / max_nfe), which spends
+    max_nfe on every row. flips_vs_fixed: up = wrong at the fixed read-out, right at the exit; down = the reverse.
+    settled_wrong: rows whose answer settled on a wrong answer; of those, fixed_right had it right at the fixed
+    read-out (the rule's losses).
+    """
+    k = list(readouts).index(rule.max_nfe)
+    nfe = [r.exit["nfe"] for r in rows]
+    out: dict[str, Any] = {
+        "rule": {**rule.to_dict(), "rho": steps // rule.max_nfe},
+        "nfe": nfe_summary(nfe),
+        "fixed_nfe": rule.max_nfe,
+        "settled": mean(float(r.exit["settled"]) for r in rows),
+        "steps_mean": mean(r.exit["steps"] for r in rows),
+        "t_mean": mean(r.exit["t"] for r in rows),
+        "answer_agreement_end": mean(float(r.exit["answer_agree_end"]) for r in rows),
+        "answer_agreement_fixed": mean(float(answer_agrees(r.exit["answer"], r.answers[k])) for r in rows),
+        "n": len(rows),
+    }
+    scored = [r for r in rows if r.correct is not None]
+    if scored:
+        exit_ok = [bool(r.exit["correct"]) for r in scored]
+        fixed_ok = [r.correct[k] for r in scored]
+        wrong_settled = [i for i, r in enumerate(scored) if r.exit["settled"] and not exit_ok[i]]
+        out.update(accuracy_exit=mean(map(float, exit_ok)), accuracy_fixed=mean(map(float, fixed_ok)),
+                   accuracy_end=mean(float(r.correct[-1]) for r in scored), n_scored=len(scored),
+                   flips_vs_fixed=paired_flips(fixed_ok, exit_ok).to_dict(),
+                   settled_wrong=len(wrong_settled),
+                   settled_wrong_fixed_right=sum(1 for i in wrong_settled if fixed_ok[i]))
+    else:
+        out.update(accuracy_exit=None, accuracy_fixed=None, accuracy_end=None, n_scored=0, flips_vs_fixed=None,
+                   settled_wrong=None, settled_wrong_fixed_right=None)
     return out
 
 

@@ -12,9 +12,10 @@ from tqdm import tqdm
 
 from elfreg.diagnose.config import STATE_DTYPES, DiagnoseConfig
 from elfreg.diagnose.metrics import response_agrees, response_of, stable_fractions
-from elfreg.diagnose.report import SampleRow, summarise, summarise_acceleration
+from elfreg.diagnose.report import SampleRow, summarise, summarise_acceleration, summarise_exit
 from elfreg.diagnose.tasks import AnswerTask
 from elfreg.diagnose.trajectory import MasterTrajectory, run_acceleration, run_master
+from elfreg.sampling.answers import text_answers
 from elfreg.sampling.run import iter_prompt_records
 from elfreg.sampling.pipeline import EncodedPrompts, validate_prompts
 
@@ -59,6 +60,16 @@ def sample_rows(master: MasterTrajectory, prompt_mask: torch.Tensor, keys: Seque
         problem = problems.records[p]
         has_gold = problem.get("answer") is not None
         joint = master.joint_error
+        answers = [task.extract(t) for t in texts]
+        exit_row = None
+        if master.exit is not None:   # the adaptive sampler's exit on this path (nfe = max_nfe, rho = M / max_nfe)
+            ex = master.exit
+            text = tokenizer.decode(list(response_of(ex.token_ids[i].tolist(), mask[i].tolist(), eos).tokens),
+                                    skip_special_tokens=True)
+            answer = task.extract(text)
+            exit_row = {"nfe": ex.nfe[i], "steps": ex.steps[i], "settled": ex.settled[i], "t": ex.times[i],
+                        "answer": answer, "answer_agree_end": answer is not None and answer == answers[-1],
+                        "correct": bool(task.is_correct(text, problem)) if has_gold else None}
         rows.append(SampleRow(
             prompt_index=p, seed=seed,
             times=[float(t) for t in readout_t[:, i]] + [1.0],
@@ -66,9 +77,9 @@ def sample_rows(master: MasterTrajectory, prompt_mask: torch.Tensor, keys: Seque
             joint_error=None if joint is None else [float(e) for e in joint[:, i]] + [0.0],
             stable=[float(s) for s in stable_fractions(ids[:, span], ids[-1, span])],
             response_agree=[response_agrees(r, end) for r in responses],
-            answers=[task.extract(t) for t in texts],
+            answers=answers,
             correct=[bool(task.is_correct(t, problem)) for t in texts] if has_gold else None,
-            lengths=[r.length for r in responses]))
+            lengths=[r.length for r in responses], exit=exit_row))
     return rows
 
 
@@ -91,7 +102,9 @@ def diagnose_model(network: Any, encoder: Any, tokenizer: Any, problems: Problem
         keys = [(p, 0) for p in idx]   # sample 0 of seed s = what `elfreg generate --seed s` makes first
         enc = EncodedPrompts.of(encoder.encode_prompts([problems.prompts[p] for p in idx]))
         x, mask = enc.x_prompt.to(device), enc.prompt_mask.to(device)
-        master = run_master(network, x, mask, cfg.sampler_config(seed), keys, cfg.readout_steps, dtype)
+        rule = cfg.exit_rule()
+        exit_rule = None if rule is None else (rule, text_answers(tokenizer, mask, task.extract))
+        master = run_master(network, x, mask, cfg.sampler_config(seed), keys, cfg.readout_steps, dtype, exit_rule)
         calls = {"denoiser_per_sample": master.denoiser_calls, "decoder_per_sample": master.decoder_calls}
         rows.extend(sample_rows(master, mask, keys, seed, problems, tokenizer, task))
         if cfg.accel_steps:
@@ -115,6 +128,8 @@ def diagnose_model(network: Any, encoder: Any, tokenizer: Any, problems: Problem
                        "accuracy_early": early["accuracy"], "accuracy_end": summary[-1]["accuracy"],
                        "flips": early["flips_vs_end"], "n": early["n"]},
         "acceleration": acceleration,
+        "exit_rule": None if cfg.exit_rule() is None else summarise_exit(rows, cfg.exit_rule(), cfg.readouts,
+                                                                         cfg.steps),
         "calls": calls,
         "samples": [r.to_dict() for r in rows],
     }

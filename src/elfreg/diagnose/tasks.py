@@ -8,10 +8,10 @@ function first (the evaluation harness's registry plugs in there) and falls back
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, Callable, Mapping
 
 from elfreg.eval.answers import extract_gsm8k, normalize_number, numbers_equal
+from elfreg.sampling.answers import extract_final_number, whole_text
 
 
 
@@ -23,16 +23,6 @@ class AnswerTask:
     name: str
     extract: Callable[[str], str | None]
     is_correct: Callable[[str, Mapping[str, Any]], bool]
-
-
-def extract_final_number(text: str) -> str | None:
-    """GSM8K-style answer by the evaluation harness's own extractor (elfreg.eval.answers), as a canonical decimal
-    ('1,234.50' -> '1234.5'), so that equal numbers agree as strings."""
-    found = extract_gsm8k(text)
-    if found is None:
-        return None
-    text = format(Decimal(found).normalize(), "f")
-    return "0" if text == "-0" else text
 
 
 def gold_answer(problem: Mapping[str, Any]) -> str | None:
@@ -49,11 +39,6 @@ def _gsm8k_correct(text: str, problem: Mapping[str, Any]) -> bool:
     return gold is not None and numbers_equal(extract_gsm8k(text), gold)
 
 
-def _exact_extract(text: str) -> str | None:
-    s = text.strip()
-    return s or None
-
-
 def _exact_correct(text: str, problem: Mapping[str, Any]) -> bool:
     gold = problem.get("answer")
     return gold is not None and text.strip() == str(gold).strip()
@@ -61,7 +46,7 @@ def _exact_correct(text: str, problem: Mapping[str, Any]) -> bool:
 
 BUILTIN_TASKS: dict[str, AnswerTask] = {
     "gsm8k": AnswerTask("gsm8k", extract_final_number, _gsm8k_correct),
-    "exact": AnswerTask("exact", _exact_extract, _exact_correct),
+    "exact": AnswerTask("exact", whole_text, _exact_correct),
 }
 
 

@@ -149,6 +149,10 @@ def markdown_table(summary: dict) -> str:
     if ev:
         lines.append(f"Protocol: {ev['protocol']}; " + ", ".join(
             f"{k}={v} ({ev['origin'][k]})" for k, v in ev["values"].items() if k in ev["origin"]))
+    if summary.get("nfe"):   # eval run: the NFE each sample spent (adaptive exit: check decodes included)
+        from elfreg.sampling.exit import format_nfe_summary
+
+        lines.append(f"NFE per sample: {format_nfe_summary(summary['nfe'])}")
     lines.append("Settings: " + ", ".join(f"{k}={v}" for k, v in summary["settings"].items()))
     lines.append(f"Data: {summary['data_file']} (sha256 {summary['data_sha256']}); "
                  f"missing problems: {summary['problems_missing']}; versions: {summary['versions']}")

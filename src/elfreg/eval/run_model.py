@@ -15,7 +15,9 @@ import json
 from pathlib import Path
 
 from elfreg.atomic import atomic_write_text
+from elfreg.sampling.answers import answer_for
 from elfreg.sampling.config import w_for_task
+from elfreg.sampling.exit import nfe_summary
 
 from ..sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig, TimeRule
 from .datasets import default_registry
@@ -108,10 +110,16 @@ def write_samples(bench, comps: list[Completion], path: Path) -> None:
 def generation_settings(path: Path) -> dict:
     """Sampler settings shared by every record of a generations file (recorded in the summary)."""
     keys = ("sampler", "nfe", "rho", "grid", "p", "eta", "w", "sigma", "t_eps", "p_mean", "p_std", "drop_reg", "seed",
-            "prompt_format", "prompt_template")
+            "check_every", "patience", "min_nfe", "extract", "prompt_format", "prompt_template")
     with open(path, encoding="utf-8") as f:
         first = json.loads(f.readline())
     return {k: first.get(k) for k in keys}
+
+
+def generation_nfe(path: Path) -> dict:
+    """NFE each sample spent (check decodes of the adaptive exit included): mean, range and histogram."""
+    with open(path, encoding="utf-8") as f:
+        return nfe_summary([json.loads(raw)["nfe_spent"] for raw in f if raw.strip()])
 
 
 def _cached_loader():
@@ -193,7 +201,7 @@ def _one_run(args: argparse.Namespace, bench, problems, resolved, out: Path, san
     opts = ScoreOptions(workers=args.workers, allow_subset=args.limit is not None, time_rule=time_rule(args),
                         progress=not args.no_progress, ks=resolved.values["ks"], alias_helpers=args.alias_helpers)
     summary = score_completions(bench, comps, out / "results.jsonl", opts, sandbox)
-    summary.update(model=str(args.model), generation=generation_settings(gens_path),
+    summary.update(model=str(args.model), generation=generation_settings(gens_path), nfe=generation_nfe(gens_path),
                    samples_per_problem=resolved.values["samples"], problems=len(problems),
                    evaluation=resolved.as_dict(), prompts_too_long=skipped)
     if resolved.label:
@@ -224,6 +232,13 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
             task = resolved.values["task"] or W_TASK[bench.kind]
             runs[i] = dataclasses.replace(resolved, values={**resolved.values, "task": task, "w": w_for_task(task)})
     problems = bench.problems[: args.limit] if args.limit else bench.problems
+    # the adaptive exit rule watches the answer the benchmark scores (code: the whole response); every sampler
+    # setting is checked before any work, errors naming the field
+    args.extract = args.extract or answer_for(args.benchmark, bench.kind)
+    from elfreg.sampling.cli import sampler_config_from_args
+
+    for resolved in runs:
+        sampler_config_from_args(argparse.Namespace(**{**vars(args), **resolved.values}))
     # Before any generation: code scoring refuses to run without isolation (unless --isolation none).
     sandbox = Sandbox(SandboxConfig(isolation=args.isolation)) if bench.kind == "code" else None
     out = Path(args.out)

@@ -1,8 +1,8 @@
 """The lm-evaluation-harness model class ``elfreg``: lm-eval's generation tasks run elfreg's samplers (spec §5).
 
 Registered with lm-eval on import (``import elfreg.lm_eval``). ``--model_args`` take the sampler settings of
-``elfreg generate`` (sampler, nfe, rho, grid, p, eta, w / task, sigma, drop_reg, seed) plus prompt_format and
-long_requests; docs/lm_eval.md explains each choice.
+``elfreg generate`` (sampler, nfe, rho, grid, p, eta, w / task, sigma, drop_reg, seed, and the adaptive exit rule's
+check_every, patience, min_nfe, extract) plus prompt_format and long_requests; docs/lm_eval.md explains each choice.
 
 * Noise: request ``(doc_id, k)`` of a task uses the sample key ``(doc_id, idx * repeats + k)`` (k-th repeat),
   the same key ``elfreg generate`` gives line ``doc_id`` of a prompts file, so a result depends neither on the
@@ -11,6 +11,9 @@ long_requests; docs/lm_eval.md explains each choice.
   encoded as is (``prompt_format=raw``, the default); ``prompt_format=template`` treats the context as a bare
   question and puts it inside the model's saved template, exactly as ``elfreg generate`` does by default.
   With lm-eval's ``--apply_chat_template`` the model's template renders the chat (``apply_chat_template``).
+* Adaptive exit (``sampler=adaptive``, ``nfe`` its max_nfe): the rule compares the answer of the text lm-eval will
+  read (after ``max_gen_toks`` and ``until``), by ``extract`` (default: the one ``task`` names, else the whole text).
+  The NFE each request spent is logged (mean and histogram) and kept in ``nfe_spent``.
 * Length: a response is what the canvas holds after the prompt; ``max_gen_toks`` caps it in tokens and the
   ``until`` strings cut the decoded text. A request asking for more tokens than the canvas holds is an error
   before any generation (``long_requests=error``) or is capped at the canvas and counted in the log
@@ -30,8 +33,10 @@ from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
 from elfreg.data.templates import format_prompt
+from elfreg.sampling.answers import answer_for
 from elfreg.sampling.config import SamplerConfig, w_for_task
 from elfreg.sampling.decode import detokenize
+from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
 from elfreg.sampling.pipeline import GenerationPipeline, prompt_limit
 
 log = logging.getLogger(__name__)
@@ -80,6 +85,8 @@ class ElfLM(LM):
     def __init__(self, pretrained: Any = None, sampler: str = "early-stop", nfe: int = 64, rho: int = 8,
                  grid: str = "logit-normal", p: float = 0.5, eta: float = 1.2, w: float | None = None,
                  task: str | None = None, sigma: float | None = None, drop_reg: bool = False, seed: int = 0,
+                 check_every: int = DEFAULT_EXIT["check_every"], patience: int = DEFAULT_EXIT["patience"],
+                 min_nfe: int = DEFAULT_EXIT["min_nfe"], extract: str | None = None,
                  prompt_format: str = "raw", long_requests: str = "error", batch_size: Any = 16,
                  max_batch_size: Any = None, device: str | None = None, revision: str | None = None,
                  **unknown: Any) -> None:
@@ -87,7 +94,8 @@ class ElfLM(LM):
         if unknown:
             raise ValueError(f"model_args: unknown argument(s) {', '.join(sorted(unknown))} for model 'elfreg'; "
                              "known: pretrained, sampler, nfe, rho, grid, p, eta, w, task, sigma, drop_reg, seed, "
-                             "prompt_format, long_requests, batch_size, device, revision")
+                             "check_every, patience, min_nfe, extract, prompt_format, long_requests, batch_size, "
+                             "device, revision")
         if pretrained is None:
             raise ValueError("model_args pretrained: an elfreg model folder or hub id is required")
         if batch_size is None or str(batch_size).startswith("auto"):
@@ -104,7 +112,9 @@ class ElfLM(LM):
         cfg = SamplerConfig(sampler=str(sampler), nfe=_as(int, "nfe", nfe), rho=_as(int, "rho", rho), grid=str(grid),
                             p=_as(float, "p", p), eta=_as(float, "eta", eta), w=w,
                             drop_reg=_as(bool, "drop_reg", drop_reg),
-                            seed=_as(int, "seed", seed),
+                            seed=_as(int, "seed", seed), check_every=_as(int, "check_every", check_every),
+                            patience=_as(int, "patience", patience), min_nfe=_as(int, "min_nfe", min_nfe),
+                            extract=str(extract) if extract is not None else answer_for(str(task) if task else None),
                             **({} if sigma is None else {"sigma": _as(float, "sigma", sigma)}))
         self._rank, self._world_size = self._init_distributed()
         self._device = self._pick_device(device)
@@ -119,6 +129,7 @@ class ElfLM(LM):
             self.model.tokenizer, cfg, batch_size=self.batch_size,
             max_prompt_len=self.model.config.model.max_prompt_len)
         self.sampler_config = cfg
+        self.nfe_spent: list[int] = []   # per request answered so far, in order (check decodes included)
 
     # -- construction helpers -----------------------------------------------------------------------------------
     def _load(self, pretrained: Any, revision: str | None):
@@ -226,15 +237,26 @@ class ElfLM(LM):
         out: list[str] = []
         bar = tqdm(total=len(requests), disable=disable_tqdm or self._rank != 0, desc="elfreg generate_until")
         tok = self.model.tokenizer
+
+        def task_text(i: int, ids: list[int]) -> str:
+            """What the task reads from request i's response ids: max_gen_toks tokens, cut at the first ``until``."""
+            return cut_at_stop(detokenize(tok, [ids[: limits[i]]])[0], untils[i])
+
+        spent = []
         for start in range(0, len(requests), self.batch_size):
             end = start + self.batch_size
-            for i, rec in enumerate(self.pipeline.run_rows(texts[start:end], keys[start:end]), start=start):
+            recs = self.pipeline.run_rows(texts[start:end], keys[start:end], lambda r, ids: task_text(start + r, ids))
+            for i, rec in enumerate(recs, start=start):
                 ids = rec["response_token_ids"]
                 text = rec["response"] if len(ids) <= limits[i] else detokenize(tok, [ids[: limits[i]]])[0]
                 out.append(cut_at_stop(text, untils[i]))
+                spent.append(rec["nfe_spent"])
                 self.cache_hook.add_partial("generate_until", requests[i].args, out[-1])
             bar.update(min(end, len(requests)) - start)
         bar.close()
+        self.nfe_spent += spent
+        log.info("elfreg %s sampler: NFE per request %s", self.sampler_config.sampler,
+                 format_nfe_summary(nfe_summary(spent)))
         return out
 
     def _plan(self, requests: list) -> tuple[list[str], list[tuple[int, int]], list[int], list[list[str]]]:

@@ -11,8 +11,11 @@ from typing import Any, Callable
 
 import torch
 
+from elfreg.sampling.answers import EXTRACTORS, answer_for
 from elfreg.sampling.config import GRIDS, SAMPLERS, SamplerConfig, w_for_task
+from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
 from elfreg.sampling.pipeline import GenerationPipeline
+from elfreg.sampling.results_io import read_records
 from elfreg.sampling.run import generate_to_file, read_prompts
 
 PROMPT_FORMATS = ("template", "raw")
@@ -33,7 +36,8 @@ def register(subparsers: Any) -> None:
 def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
     """Sampler and batching flags shared by `elfreg generate` and `elfreg eval run`."""
     p.add_argument("--sampler", default="early-stop", help=f"one of {', '.join(SAMPLERS)}")
-    p.add_argument("--nfe", type=int, default=64, help="N: network calls per sample (N-1 denoiser + 1 decoder)")
+    p.add_argument("--nfe", type=int, default=64, help="N: network calls per sample (N-1 denoiser + 1 decoder); "
+                                                        "adaptive: the most a sample may spend (max_nfe)")
     p.add_argument("--rho", type=int, default=8, help="early-stop / renoise master grid ratio (M = rho*N)")
     p.add_argument("--grid", default="logit-normal", help=f"one of {', '.join(GRIDS)}")
     p.add_argument("--p", type=float, default=0.5, help="renoise grid power")
@@ -42,6 +46,15 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default=None, help="w preset: gsm8k (3), math / code (2)")
     p.add_argument("--sigma", type=float, default=None, help="noise scale of y_0 (default: the model's training sigma)")
     p.add_argument("--drop-reg", action="store_true", help="ablation: omit the REG token at inference")
+    p.add_argument("--check-every", type=int, default=DEFAULT_EXIT["check_every"],
+                   help="adaptive: decode and check the answer every this many denoiser calls (each check is 1 NFE)")
+    p.add_argument("--patience", type=int, default=DEFAULT_EXIT["patience"],
+                   help="adaptive: stop once the answer repeated at this many consecutive checks")
+    p.add_argument("--min-nfe", type=int, default=DEFAULT_EXIT["min_nfe"],
+                   help="adaptive: stop no earlier than this many NFE")
+    p.add_argument("--extract", default=None,
+                   help=f"adaptive: answer the rule compares, one of {', '.join(EXTRACTORS)} (default: the task's, "
+                        "else the whole response text)")
     p.add_argument("--samples", type=int, default=1, help="samples per prompt")
     p.add_argument("--seed", type=int, default=0, help="generation seed; sample noise = f(seed, prompt, sample)")
     p.add_argument("--batch-size", type=int, default=16, help="rows per network call")
@@ -57,7 +70,8 @@ def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
     w = args.w if args.w is not None else (w_for_task(args.task) if args.task else SamplerConfig.w)
     sigma = SamplerConfig.sigma if args.sigma is None else args.sigma
     return SamplerConfig(sampler=args.sampler, nfe=args.nfe, rho=args.rho, grid=args.grid, p=args.p, eta=args.eta,
-                         w=w, sigma=sigma, drop_reg=args.drop_reg, seed=args.seed)
+                         w=w, sigma=sigma, drop_reg=args.drop_reg, seed=args.seed, check_every=args.check_every,
+                         patience=args.patience, min_nfe=args.min_nfe, extract=args.extract or answer_for(args.task))
 
 
 @dataclass
@@ -148,4 +162,6 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
             torch.distributed.destroy_process_group()
     if rank == 0:
         print(f"elfreg generate: {n} new samples on rank 0 -> {args.out}", file=sys.stderr)
+        spent = nfe_summary([r["nfe_spent"] for r in read_records(args.out) if "nfe_spent" in r])
+        print(f"elfreg generate: NFE per sample in {args.out}: {format_nfe_summary(spent)}", file=sys.stderr)
     return 0

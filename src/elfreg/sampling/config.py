@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-SAMPLERS = ("full-span", "early-stop", "renoise")
+from elfreg.sampling.answers import extractor
+from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule
+
+SAMPLERS = ("full-span", "early-stop", "renoise", "adaptive")
 GRIDS = ("logit-normal", "uniform")
 
 # Inference self-conditioning guidance scale w per task (spec §5): 3 for GSM8K, 2 for code and MATH.
@@ -17,8 +20,8 @@ W_PRESETS: dict[str, float] = {"gsm8k": 3.0, "math": 2.0, "math500": 2.0, "code"
 class SamplerConfig:
     """All settings of one sampling run (spec §5); recorded beside every generated sample."""
 
-    sampler: str = "early-stop"   # full-span | early-stop | renoise
-    nfe: int = 64                 # N: total network calls = N - 1 denoiser calls + 1 decoder call
+    sampler: str = "early-stop"   # full-span | early-stop | renoise | adaptive
+    nfe: int = 64                 # N: total network calls = N - 1 denoiser calls + 1 decoder call (adaptive: at most)
     rho: int = 8                  # early-stop / renoise: master grid has M = rho * N points
     grid: str = "logit-normal"    # master-grid kind for full-span and early-stop
     p: float = 0.5                # renoise: power of the grid t_i = t* (i / (N - 2))^p
@@ -30,6 +33,11 @@ class SamplerConfig:
     p_std: float = 0.8
     drop_reg: bool = False        # ablation: omit the REG token at inference (reg=None)
     seed: int = 0
+    # adaptive exit rule (elfreg.sampling.exit, docs/sampling.md): nfe is its max_nfe, check decodes included
+    check_every: int = DEFAULT_EXIT["check_every"]   # decode the clean prediction every this many denoiser calls
+    patience: int = DEFAULT_EXIT["patience"]         # stop once the answer repeated at this many consecutive checks
+    min_nfe: int = DEFAULT_EXIT["min_nfe"]           # ... and at least this many NFE are spent
+    extract: str = "text"         # answer extractor the rule compares (elfreg.sampling.answers)
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -52,10 +60,19 @@ class SamplerConfig:
             raise ValueError(f"p_std: must be > 0, got {self.p_std!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed: need an integer >= 0, got {self.seed!r}")
+        extractor(self.extract)
+        ExitRule.checked(self.check_every, self.patience, self.min_nfe, self.nfe, max_name="nfe",
+                         need_fire=self.sampler == "adaptive")
+
+    def exit_rule(self) -> ExitRule | None:
+        """The adaptive sampler's exit rule (max_nfe = nfe); None for the fixed-NFE samplers."""
+        if self.sampler != "adaptive":
+            return None
+        return ExitRule(self.check_every, self.patience, self.min_nfe, self.nfe)
 
     @property
     def master_points(self) -> int:
-        """Number of points M of the grid that is built (N for full-span, rho * N otherwise)."""
+        """Number of points M of the grid that is built (N for full-span, rho * N otherwise; adaptive: rho * max_nfe)."""
         return self.nfe if self.sampler == "full-span" else self.rho * self.nfe
 
     def to_dict(self) -> dict[str, Any]:

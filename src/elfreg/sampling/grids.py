@@ -46,13 +46,14 @@ def sampler_grid(cfg: SamplerConfig, generator: torch.Generator) -> tuple[torch.
 
     Returns (times, exit_time): full-span: the N-point grid (denoiser at its first N - 1 points; the
     decoded y_{N-1} sits at t = 1); early-stop: the first N - 1 master-grid points (exit = t_{N-2});
-    renoise: the power grid ending at t* = the early-stop exit time for the same N, rho and seed.
+    renoise: the power grid ending at t* = the early-stop exit time for the same N, rho and seed; adaptive: as
+    early-stop with N = max_nfe (a row's own exit time is where its answer settles).
     """
     grid = master_grid(cfg, generator)
     n = cfg.nfe
     if cfg.sampler == "full-span":
         return grid, float(grid[-1])
     t_exit = float(grid[n - 2])
-    if cfg.sampler == "early-stop":
+    if cfg.sampler in ("early-stop", "adaptive"):   # adaptive: the prefix a row may run; it may exit earlier
         return grid[: n - 1].clone(), t_exit
     return power_grid(n, t_exit, cfg.p), t_exit

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -27,36 +27,64 @@ class StudentLike(Protocol):
 
 @dataclass
 class NFECount:
-    """Network calls spent on one batch: each call on the whole batch counts one NFE per sample."""
+    """Network calls spent on one batch, and per row of the batch the calls whose input held that row.
+
+    A call counts one NFE for every row it computes; rows that left the batch (adaptive exit) are not computed and
+    not counted. ``denoiser_calls`` / ``decoder_calls`` count the calls themselves.
+    """
 
     denoiser_calls: int = 0
     decoder_calls: int = 0
+    row_denoiser: list[int] = field(default_factory=list)   # per batch row
+    row_decoder: list[int] = field(default_factory=list)
 
     @property
     def nfe(self) -> int:
-        """NFE = denoiser calls + decoder calls (spec §5)."""
+        """NFE = denoiser calls + decoder calls (spec §5); per row when every call held every row."""
         return self.denoiser_calls + self.decoder_calls
+
+    @property
+    def row_nfe(self) -> list[int]:
+        """NFE of each batch row: the denoiser and decoder calls that computed it."""
+        return [a + b for a, b in zip(self.row_denoiser, self.row_decoder)]
 
 
 class NFECounter:
-    """Wraps a network; counts denoiser-mode and decoder-mode calls (spec §5: NFE = denoiser calls + 1)."""
+    """Wraps a network; counts denoiser-mode and decoder-mode calls (spec §5: NFE = denoiser calls + 1), per row.
+
+    ``reset(rows)`` starts a batch of that many rows, all of them computed by every call until ``select`` names the
+    rows that the following calls hold (in order); a call whose batch does not match them is an error, so a row is
+    counted exactly for the calls that computed it.
+    """
 
     def __init__(self, network: StudentLike) -> None:
         self.network = network
         self.count = NFECount()
+        self.rows: list[int] | None = None
 
     @property
     def config(self) -> Any:
         return self.network.config
 
-    def reset(self) -> None:
-        """Start a new batch's count."""
-        self.count = NFECount()
+    def reset(self, rows: int = 0) -> None:
+        """Start a new batch's count; ``rows`` > 0 also counts per row (rows 0 .. rows - 1, all selected)."""
+        self.count = NFECount(row_denoiser=[0] * rows, row_decoder=[0] * rows)
+        self.rows = list(range(rows)) if rows else None
+
+    def select(self, rows: Sequence[int]) -> None:
+        """The batch rows (indices since reset) that the following calls compute, in order."""
+        self.rows = [int(r) for r in rows]
 
     def __call__(self, z: torch.Tensor, q: torch.Tensor, t: torch.Tensor, w: torch.Tensor, *,
                  reg: torch.Tensor | None = None, reg_q: torch.Tensor | None = None,
                  decoder: bool | torch.Tensor = False) -> Any:
         is_decoder = bool(decoder.any()) if isinstance(decoder, torch.Tensor) else bool(decoder)
+        if self.rows is not None:
+            if z.shape[0] != len(self.rows):
+                raise RuntimeError(f"NFECounter: a call on {z.shape[0]} rows, but {len(self.rows)} rows are selected")
+            per_row = self.count.row_decoder if is_decoder else self.count.row_denoiser
+            for r in self.rows:
+                per_row[r] += 1
         if is_decoder:
             self.count.decoder_calls += 1
         else:

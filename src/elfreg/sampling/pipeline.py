@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import torch
 
+from elfreg.sampling.answers import extractor, text_answers
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.decode import detokenize, response_token_ids
 from elfreg.sampling.network import NFECounter, StudentLike
@@ -100,8 +101,13 @@ class GenerationPipeline:
         """Generate one batch; prompts is the full prompt list indexed by the keys' prompt_index."""
         return self.run_rows([prompts[p] for p, _ in keys], keys)
 
-    def run_rows(self, texts: Sequence[str], keys: Sequence[Key]) -> list[dict[str, Any]]:
-        """Generate one batch whose row i is the prompt texts[i] under the noise key keys[i]."""
+    def run_rows(self, texts: Sequence[str], keys: Sequence[Key],
+                 finish: Callable[[int, list[int]], str] | None = None) -> list[dict[str, Any]]:
+        """Generate one batch whose row i is the prompt texts[i] under the noise key keys[i].
+
+        finish(i, response token ids) -> the text the task reads from row i (e.g. lm-eval's token cap and stop
+        strings): the adaptive exit rule extracts its answer from that (default: the whole response text).
+        """
         if len(texts) != len(keys):
             raise ValueError(f"run_rows: {len(texts)} prompts for {len(keys)} keys")
         unique = list(dict.fromkeys(texts))   # each distinct prompt is encoded once, in order of first use
@@ -114,22 +120,30 @@ class GenerationPipeline:
         if x_prompt.shape[1] != self.canvas_len:
             raise ValueError(f"encoder returned a canvas of {x_prompt.shape[1]}, the network expects {self.canvas_len}")
         t1 = time.perf_counter()
-        out = sample(self.counter, x_prompt, prompt_mask, self.cfg, keys)
+        answer_of = None
+        if self.cfg.sampler == "adaptive":
+            answer_of = text_answers(self.tokenizer, prompt_mask, extractor(self.cfg.extract), finish)
+        out = sample(self.counter, x_prompt, prompt_mask, self.cfg, keys, answer_of)
         answers = response_token_ids(out.token_ids, prompt_mask.cpu(), int(self.tokenizer.eos_token_id))
         texts = detokenize(self.tokenizer, answers)
         t2 = time.perf_counter()
         settings = self.cfg.to_dict()
+        count = out.count
         records = []
         for i, (p, s) in enumerate(keys):
-            records.append({
+            rec = {
                 "prompt_index": p, "sample_index": s, "response": texts[i], "response_token_ids": answers[i],
                 **settings, **self.record_extra,
                 "exit_time": float(out.exit_time[i]),
-                "nfe_spent": out.count.nfe, "denoiser_calls": out.count.denoiser_calls,
-                "decoder_calls": out.count.decoder_calls,
+                # this row's network calls (spec §5: NFE = denoiser + decoder calls; adaptive: check decodes too)
+                "nfe_spent": count.row_nfe[i], "denoiser_calls": count.row_denoiser[i],
+                "decoder_calls": count.row_decoder[i],
                 # wall seconds of the whole batch this sample was generated in (shared by batch_size rows)
                 "encoder_seconds": t1 - t0, "sampler_seconds": t2 - t1, "batch_size": len(keys),
-            })
+            }
+            if out.settled is not None:
+                rec["settled"] = out.settled[i]   # adaptive: the answer settled (False: stopped at the budget)
+            records.append(rec)
         return records
 
     def generate(self, prompts: Sequence[str], samples: int, prompt_indices: Sequence[int] | None = None,

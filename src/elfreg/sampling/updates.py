@@ -16,9 +16,14 @@ def velocity(d: torch.Tensor, y: torch.Tensor, t: torch.Tensor, t_eps: float) ->
     return (d - y) / _expand(c_t, y)
 
 
+def euler_update(y: torch.Tensor, v: torch.Tensor, t: torch.Tensor, t_next: torch.Tensor) -> torch.Tensor:
+    """y_{j+1} = y_j + (t_{j+1} - t_j) v_j; y, v (B, ...), t, t_next (B,) (spec §5)."""
+    return y + _expand(t_next - t, y) * v
+
+
 def euler_step(y: torch.Tensor, d: torch.Tensor, t: torch.Tensor, t_next: torch.Tensor, t_eps: float) -> torch.Tensor:
     """y_{j+1} = y_j + (t_{j+1} - t_j) v_j with v_j from velocity(); y, d (B, ...), t, t_next (B,) (spec §5)."""
-    return y + _expand(t_next - t, y) * velocity(d, y, t, t_eps)
+    return euler_update(y, velocity(d, y, t, t_eps), t, t_next)
 
 
 def renoise_step(x_hat: torch.Tensor, t_next: torch.Tensor, xi: torch.Tensor, eta: float, sigma: float) -> torch.Tensor:
