@@ -2,11 +2,12 @@ import dataclasses
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from elfreg.config import ObjectiveConfig, model_preset
 from elfreg.flow import velocity
 from elfreg.model.student import ElfStudent
-from elfreg.objective import TrainBatch, draw, elf_reg_loss, repa_loss, sc_cfg_target, sc_cfg_x_star, x_star
+from elfreg.objective import TrainBatch, cosine_to, draw, elf_reg_loss, repa_loss, sc_cfg_target, sc_cfg_x_star, x_star
 
 B, L = 6, 10
 P = 3  # prompt length
@@ -221,6 +222,28 @@ def test_repa_shift_one_aligns_with_previous_position():
     # the extra (REG) token adds one term per row: (1 + 2 + 0) / 3
     assert repa_loss(p, t, torch.ones(1, 2, dtype=torch.bool), extra_pred=torch.tensor([[1.0, 0.0]]),
                      extra_target=torch.tensor([[5.0, 0.0]])).item() == pytest.approx(1.0)
+
+
+def test_cosine_to_is_torch_cosine_similarity_with_no_gradient_into_the_target():
+    g = torch.Generator().manual_seed(0)
+    pred = torch.randn(3, 7, 16, generator=g, requires_grad=True)
+    target = torch.randn(3, 7, 16, generator=g) * torch.rand(3, 7, 1, generator=g) * 10
+    want = F.cosine_similarity(pred, target, dim=-1, eps=1e-8)
+    got = cosine_to(pred, target)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    # the gradient of 1 - cos with respect to pred: -(t_hat - cos p_hat) / |p|
+    (g_got,) = torch.autograd.grad((1 - got).sum(), pred)
+    (g_want,) = torch.autograd.grad((1 - want).sum(), pred)
+    torch.testing.assert_close(g_got, g_want, rtol=1e-5, atol=1e-6)
+    p_norm = pred.detach().norm(dim=-1, keepdim=True)
+    t_hat = target / target.norm(dim=-1, keepdim=True)
+    hand = -(t_hat - got.detach()[..., None] * pred.detach() / p_norm) / p_norm
+    torch.testing.assert_close(g_got, hand, rtol=1e-5, atol=1e-6)
+    # a target that requires grad gets none (REPA's targets are frozen teacher states)
+    t = target.clone().requires_grad_(True)
+    assert torch.autograd.grad(cosine_to(pred, t).sum(), t, allow_unused=True)[0] is None
+    # bf16 inputs are compared in fp32, as F.cosine_similarity on .float()
+    assert cosine_to(pred.detach().bfloat16(), target.bfloat16()).dtype == torch.float32
 
 
 def test_repa_mean_pooled_target():

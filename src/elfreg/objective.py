@@ -118,6 +118,20 @@ def x_star(z: Tensor, v_target: Tensor, t: Tensor, floor: float) -> Tensor:
     return (z + _bcast(c_t(t, floor), z) * v_target).detach()
 
 
+def cosine_to(pred: Tensor, target: Tensor, eps: float = 1e-8) -> Tensor:
+    """cos(pred, target) over the last dim in fp32, as ``F.cosine_similarity`` (each norm clamped at ``eps``), with
+    no gradient into ``target`` (REPA's targets are frozen teacher states).
+
+    The target is normalised once, so the gradient flows only through pred's dot product with it and pred's norm:
+    (B, L) divisions in place of F.cosine_similarity's two broadcast (B, L, d_t) divisions and their backward,
+    which took ~20 % of an ELF-REG demo step (benchmarks/bench_demo_step.py --profile). Same values up to rounding.
+    """
+    t = target.detach().float()
+    t_hat = t / torch.linalg.vector_norm(t, dim=-1, keepdim=True).clamp_min(eps)
+    p = pred.float()
+    return (p * t_hat).sum(-1) / torch.linalg.vector_norm(p, dim=-1).clamp_min(eps)
+
+
 def repa_loss(pred: Tensor, teacher: Tensor, mask: Tensor, shift: int = 0, mean_pooled: bool = False,
               extra_pred: Tensor | None = None, extra_target: Tensor | None = None,
               denominator: Tensor | None = None) -> Tensor:
@@ -138,11 +152,10 @@ def repa_loss(pred: Tensor, teacher: Tensor, mask: Tensor, shift: int = 0, mean_
         mask[:, 0] = False
     elif shift != 0:
         raise ValueError(f"objective.repa_shift must be 0 or 1, got {shift}")
-    cos = F.cosine_similarity(pred.float(), target.float(), dim=-1, eps=1e-8)
-    total = ((1.0 - cos) * mask).sum()
+    total = ((1.0 - cosine_to(pred, target)) * mask).sum()
     count = mask.sum()
     if extra_pred is not None and extra_target is not None:
-        total = total + (1.0 - F.cosine_similarity(extra_pred.float(), extra_target.float(), dim=-1, eps=1e-8)).sum()
+        total = total + (1.0 - cosine_to(extra_pred, extra_target)).sum()
         count = count + extra_pred.shape[0]
     return total / (count if denominator is None else denominator).clamp_min(1)
 

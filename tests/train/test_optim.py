@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from elfreg.config import model_preset
+from elfreg.configtools import ConfigError
 from elfreg.model.student import ElfStudent
 from elfreg.train.config import TrainConfig
 from elfreg.train.optim import EMA, ReferenceMuon, build_optimizers, fan_ratio, lr_at, newton_schulz, split_params
@@ -70,6 +71,37 @@ def test_warmup_then_constant():
     cfg = TrainConfig(lr=2e-3, warmup_steps=4)
     assert [lr_at(s, cfg) for s in range(6)] == pytest.approx([5e-4, 1e-3, 1.5e-3, 2e-3, 2e-3, 2e-3])
     assert lr_at(0, TrainConfig(lr=1e-3, warmup_steps=0)) == 1e-3
+
+
+def test_linear_decay_to_zero_hand_values():
+    # warm-up 2 of 6 steps, then 4 decay steps with p = 1/4, 2/4, 3/4, 1: the last step trains at exactly 0
+    cfg = TrainConfig(lr=1e-3, steps=6, warmup_steps=2, lr_schedule="linear")
+    assert [lr_at(s, cfg) for s in range(6)] == pytest.approx([5e-4, 1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0], abs=1e-15)
+
+
+def test_cosine_decay_to_a_floor_hand_values():
+    # no warm-up, 4 steps, floor 1e-4: 1e-4 + 9e-4 (1 + cos(pi p)) / 2 at p = 1/4, 1/2, 3/4, 1
+    cfg = TrainConfig(lr=1e-3, steps=4, warmup_steps=0, lr_schedule="cosine", min_lr_ratio=0.1)
+    assert [lr_at(s, cfg) for s in range(4)] == pytest.approx([8.681981e-4, 5.5e-4, 2.318019e-4, 1e-4], rel=1e-6)
+
+
+def test_decay_over_the_last_fraction_keeps_the_peak_before_it():
+    # warm-up 2 of 12 steps; decay_fraction 0.5 of the 10 after it: 5 decay steps (7..11), steps 2..6 keep lr
+    cfg = TrainConfig(lr=1e-3, steps=12, warmup_steps=2, lr_schedule="linear", decay_fraction=0.5)
+    want = [5e-4, 1e-3] + [1e-3] * 5 + [8e-4, 6e-4, 4e-4, 2e-4, 0.0]
+    assert [lr_at(s, cfg) for s in range(12)] == pytest.approx(want, abs=1e-15)
+    # the run's length may come from the plan (epochs): it overrides train.steps
+    assert lr_at(3, cfg, warmup_steps=0, total_steps=4) == pytest.approx(0.0, abs=1e-15)
+    assert lr_at(0, cfg, warmup_steps=0, total_steps=4) == pytest.approx(1e-3)  # 5 decay steps: p = 0 at step 0
+
+
+def test_decaying_schedule_needs_the_run_length_and_valid_fields():
+    with pytest.raises(ValueError, match="lr_schedule=cosine needs the run's length"):
+        lr_at(5, TrainConfig(lr=1e-3, warmup_steps=0, lr_schedule="cosine"))
+    assert lr_at(5, TrainConfig(lr=1e-3, warmup_steps=0)) == 1e-3  # constant needs no length
+    for field, value in (("lr_schedule", "step"), ("min_lr_ratio", 1.5), ("decay_fraction", 0.0)):
+        with pytest.raises(ConfigError, match=f"train.{field}"):
+            TrainConfig(**{field: value})
 
 
 def test_ema_update_hand_values():

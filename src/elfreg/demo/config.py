@@ -75,8 +75,12 @@ class DemoTrain:
     batch_size: int = 32  # measured: 0.10 s/step (2 threads); 65 % at 3,000 steps vs 59 % for batch 64 at 2,000
     lr: float = 2e-3
     warmup_steps: int = 50
+    lr_schedule: str = "constant"  # after the warm-up: constant, cosine or linear (elfreg.train.optim.lr_at)
+    min_lr_ratio: float = 0.0  # a decaying schedule ends at this fraction of lr
+    decay_fraction: float = 1.0  # ... over this last share of the steps after the warm-up
     ema_decay: float = 0.99
     optimizer: str = "adamw"  # measured here: AdamW's loss fell faster than Muon's over the first 240 steps
+    muon_lr: float | None = None  # optimizer=muon: Muon's own peak lr (null: lr, as the reference)
     precision: str = "bf16"  # bf16 autocast on the CPU too: 0.45 s vs 0.80 s per step (width 256, 2 threads)
     seeds: list[int] = field(default_factory=lambda: [0, 1])  # training seeds: init, data order, draws
     log_every: int = 10

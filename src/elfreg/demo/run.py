@@ -15,6 +15,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from types import ModuleType
@@ -86,8 +87,10 @@ def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: li
     model = ModelConfig(**dims, width=s.width, depth=s.depth, heads=s.heads, bottleneck_dim=s.bottleneck_dim,
                         max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, extra_token="reg" if reg else "none",
                         repa=reg, repa_block=s.repa_block, repa_hidden=s.repa_hidden, head_token_ids=head_ids)
-    train_cfg = TrainConfig(seed=t.seeds[0] if seed is None else seed, steps=t.steps, batch_size=t.batch_size, lr=t.lr, warmup_steps=t.warmup_steps,
-                            ema_decay=t.ema_decay, optimizer=t.optimizer, precision=t.precision,
+    train_cfg = TrainConfig(seed=t.seeds[0] if seed is None else seed, steps=t.steps, batch_size=t.batch_size, lr=t.lr,
+                            warmup_steps=t.warmup_steps, lr_schedule=t.lr_schedule, min_lr_ratio=t.min_lr_ratio,
+                            decay_fraction=t.decay_fraction, ema_decay=t.ema_decay, optimizer=t.optimizer, muon_lr=t.muon_lr,
+                            precision=t.precision,
                             log_every=t.log_every,
                             save_every=t.save_every, keep_last=1, stats_canvases=min(1024, cfg.task.n_train),
                             match_backbones=False, device="cpu", progress=progress)
@@ -322,27 +325,32 @@ def backbone_config(cfg: DemoConfig) -> BackboneConfig:
                           teacher_reg_layer=b.teacher_reg_layer, dtype=b.dtype)
 
 
-def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
-    """Run the whole demo into ``out``; returns the results dict (also written as results.json)."""
-    from tqdm.auto import tqdm
+@dataclass
+class DemoData:
+    """What every training run of a demo shares, built once: the task's problems and rows, the backbones, the cached
+    training features and the student's widths."""
 
-    from elfreg.demo.report import write_report
+    train_problems: list
+    test_problems: list
+    train_rows: list[dict]
+    test_rows: list[dict]
+    bcfg: BackboneConfig
+    backbones: Backbones
+    features: CachedFeatures
+    head_ids: list[int] | None
+    dims: dict[str, int]
 
-    start = time.perf_counter()
-    torch.set_num_threads(cfg.threads)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    dump_yaml(cfg, out / "demo_config.yaml")
-    phases: dict[str, float] = {}
 
+def prepare(cfg: DemoConfig, cache_dir: str | Path | None = None, progress: bool = True,
+            phases: dict[str, float] | None = None) -> DemoData:
+    """The task's splits, SmolLM2 as frozen encoder and teacher, and the cached training features (built on first
+    use); the seconds of the backbones and features phases go to ``phases``."""
+    phases = {} if phases is None else phases
     t = time.perf_counter()
     task, tcfg = task_module(cfg), task_config(cfg)
     train_p = task.make_split(cfg.task.n_train, cfg.task.seed, "train", tcfg)
     test_p = task.make_split(cfg.task.n_test, cfg.task.seed, "test", tcfg)
     train_rows, test_rows = task_rows(train_p, task), task_rows(test_p, task)
-    atomic_write_text(out / "test.jsonl", "".join(json.dumps({"id": f"{cfg.task.kind}/{i}", "question": r["prompt"],
-                                                              "answer": r["answer"]}) + "\n"
-                                                  for i, r in enumerate(test_rows)))
     bcfg = backbone_config(cfg)
     log.info("loading SmolLM2-135M-Instruct (GGUF, dequantised) as frozen encoder and teacher")
     backbones = Backbones(bcfg)
@@ -356,9 +364,47 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     head_ids = head_token_ids(backbones.tokenizer, train_rows + test_rows) if cfg.student.restrict_head else None
     dims = dict(feature_dim=backbones.feature_dim, reg_dim=backbones.teacher_dim, teacher_dim=backbones.teacher_dim,
                 vocab_size=len(backbones.tokenizer))
+    return DemoData(train_p, test_p, train_rows, test_rows, bcfg, backbones, features, head_ids, dims)
 
-    results: dict = {"task": {"train": len(train_p), "test": len(test_p), "example": train_rows[0]},
-                     "head_token_ids": head_ids, "train_seeds": list(cfg.train.seeds), "lanes": cfg.lanes,
+
+def train_run(data: DemoData, cfg: DemoConfig, variant: str, seed: int, run_dir: Path, stop: threading.Event,
+              shared: threading.Lock, progress: bool = True) -> dict:
+    """Train (or resume) one run of ``variant`` with training seed ``seed`` in ``run_dir``, measuring its accuracy
+    curve; ``stop`` ends it after the current step (another lane failed); ``shared`` guards model construction (its
+    init draws from the global RNG) and the curve's measurements (the tokenizer is not thread-safe)."""
+    t = time.perf_counter()
+    with shared:
+        trainer = Trainer(run_config(cfg, variant, data.bcfg, data.head_ids, data.dims, progress, seed=seed), run_dir,
+                          backbones=data.backbones, dataset=data.features)
+    trainer.progress_desc = f"train {variant} seed {seed}"
+    curve = AccuracyCurve(trainer, data.test_problems, data.test_rows, cfg, run_dir / "accuracy_curve.jsonl", shared)
+    trainer.hooks += [curve, stop_hook(stop)]
+    res = trainer.run()
+    return {"seed": seed, "model_dir": str(res.model_dir), "steps": res.step,
+            "train_seconds": time.perf_counter() - t, "curve": curve.points}
+
+
+def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
+    """Run the whole demo into ``out``; returns the results dict (also written as results.json)."""
+    from tqdm.auto import tqdm
+
+    from elfreg.demo.report import write_report
+
+    start = time.perf_counter()
+    torch.set_num_threads(cfg.threads)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    dump_yaml(cfg, out / "demo_config.yaml")
+    phases: dict[str, float] = {}
+    data = prepare(cfg, cache_dir, progress, phases)
+    train_p, test_p, test_rows = data.train_problems, data.test_problems, data.test_rows
+    atomic_write_text(out / "test.jsonl", "".join(json.dumps({"id": f"{cfg.task.kind}/{i}", "question": r["prompt"],
+                                                              "answer": r["answer"]}) + "\n"
+                                                  for i, r in enumerate(test_rows)))
+    backbones = data.backbones
+
+    results: dict = {"task": {"train": len(train_p), "test": len(test_p), "example": data.train_rows[0]},
+                     "head_token_ids": data.head_ids, "train_seeds": list(cfg.train.seeds), "lanes": cfg.lanes,
                      "models": {v: {"steps": cfg.train.steps, "runs": []} for v in VARIANTS}}
     lane_threads = cfg.threads // cfg.lanes
     shared = threading.Lock()  # model init draws from the global RNG; the tokenizer is not thread-safe
@@ -366,17 +412,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     def train_one(job: tuple[str, int], stop: threading.Event) -> dict:
         variant, seed = job
         torch.set_num_threads(lane_threads)  # per thread under OpenMP: set in the lane itself
-        t = time.perf_counter()
-        run_dir = out / variant / f"seed-{seed}"
-        with shared:
-            trainer = Trainer(run_config(cfg, variant, bcfg, head_ids, dims, progress, seed=seed), run_dir,
-                              backbones=backbones, dataset=features)
-        trainer.progress_desc = f"train {variant} seed {seed}"
-        curve = AccuracyCurve(trainer, test_p, test_rows, cfg, run_dir / "accuracy_curve.jsonl", shared)
-        trainer.hooks += [curve, stop_hook(stop)]
-        res = trainer.run()
-        return {"seed": seed, "model_dir": str(res.model_dir), "steps": res.step,
-                "train_seconds": time.perf_counter() - t, "curve": curve.points}
+        return train_run(data, cfg, variant, seed, out / variant / f"seed-{seed}", stop, shared, progress)
 
     t = time.perf_counter()
     jobs = lane_order(cfg.train.seeds)
