@@ -32,6 +32,7 @@ from elfreg.data.templates import apply_template
 from elfreg.demo import arith
 from elfreg.demo import task as chain
 from elfreg.demo.config import DemoConfig
+from elfreg.demo.machine import machine_info
 from elfreg.hub import ElfModel
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.decode import detokenize, response_token_ids
@@ -445,6 +446,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     phases["total"] = time.perf_counter() - start
     results["phases_seconds"] = phases
     results["threads"] = torch.get_num_threads()
+    results["machine"] = machine_info(cfg.threads, cfg.lanes)  # what the numbers reproduce on (report: Reproducibility)
     atomic_write_text(out / "results.json", json.dumps(results, indent=2))
     write_report(results, cfg, out)
     return results
