@@ -29,6 +29,33 @@ def test_split_muon_gets_2d_matrices_only():
     assert all(p.ndim != 2 for _, p in groups["adam"])
 
 
+def test_muon_on_hidden_matrices_only_leaves_the_input_output_maps_to_adamw():
+    groups = split_params(student(), "hidden")
+    names = {k: {n for n, _ in v} for k, v in groups.items()}
+    muon = names["muon_out_in"] | names["muon_in_out"]
+    assert muon and all(n.startswith("blocks.") for n in muon)
+    assert "blocks.0.attn.qkv.weight" in muon and "blocks.0.mlp.w3.weight" in muon
+    assert {"self_cond_proj.weight", "head_p", "head_u", "final_linear.weight"} <= names["adam"]
+    # every trainable parameter is in exactly one group, as with "all"
+    every = [n for v in groups.values() for n, _ in v]
+    assert sorted(every) == sorted(n for v in split_params(student()).values() for n, _ in v)
+    with pytest.raises(ValueError, match="muon_params"):
+        split_params(student(), "blocks")
+    opt = build_optimizers(student(), TrainConfig(optimizer="muon", muon_params="hidden", muon_impl="reference"))
+    assert {id(p) for g in opt.optimizers["muon"].param_groups for p in g["params"]} and \
+        len([p for g in opt.optimizers["muon"].param_groups for p in g["params"]]) == len(muon)
+
+
+def test_muon_lr_scales_only_the_muon_groups():
+    cfg = TrainConfig(optimizer="muon", lr=1e-3, muon_lr=2e-2, muon_impl="reference")
+    opt = build_optimizers(student(), cfg)
+    opt.set_lr(5e-4)  # the schedule's value for Muon is scaled by muon_lr / lr = 20
+    assert [g["lr"] for g in opt.optimizers["muon"].param_groups] == pytest.approx([1e-2, 1e-2])
+    assert [g["lr"] for g in opt.optimizers["adamw"].param_groups] == pytest.approx([5e-4])
+    with pytest.raises(ConfigError, match="train.muon_lr"):
+        TrainConfig(muon_lr=0.0)
+
+
 def test_fan_ratio_hand_values():
     assert fan_ratio((300, 100), "out_in") == pytest.approx(math.sqrt(3))  # Linear (out, in)
     assert fan_ratio((100, 300), "out_in") == 1.0

@@ -66,7 +66,7 @@ class DemoStudent:
 
 @dataclass
 class DemoTrain:
-    """Identical optimisation for ELF and ELF-REG."""
+    """Identical optimisation for ELF and ELF-REG; every field but ``seeds`` is TrainConfig's (elfreg.train.config)."""
 
     # 2 training seeds x 1,200 steps, trained two at a time (DemoConfig.lanes). Measured on an idle 2-core machine
     # from an empty cache: the whole demo in 6.6-7.7 min (training 324-382 s of 393-458 s), 25-27 % exact at 16 NFE
@@ -81,6 +81,7 @@ class DemoTrain:
     ema_decay: float = 0.99
     optimizer: str = "adamw"  # measured here: AdamW's loss fell faster than Muon's over the first 240 steps
     muon_lr: float | None = None  # optimizer=muon: Muon's own peak lr (null: lr, as the reference)
+    muon_params: str = "all"  # optimizer=muon: all 2-D matrices (the reference) or the blocks' ("hidden")
     precision: str = "bf16"  # bf16 autocast on the CPU too: 0.45 s vs 0.80 s per step (width 256, 2 threads)
     seeds: list[int] = field(default_factory=lambda: [0, 1])  # training seeds: init, data order, draws
     log_every: int = 10

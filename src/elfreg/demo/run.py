@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import logging
 import os
@@ -15,7 +16,6 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from types import ModuleType
@@ -88,13 +88,10 @@ def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: li
     model = ModelConfig(**dims, width=s.width, depth=s.depth, heads=s.heads, bottleneck_dim=s.bottleneck_dim,
                         max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, extra_token="reg" if reg else "none",
                         repa=reg, repa_block=s.repa_block, repa_hidden=s.repa_hidden, head_token_ids=head_ids)
-    train_cfg = TrainConfig(seed=t.seeds[0] if seed is None else seed, steps=t.steps, batch_size=t.batch_size, lr=t.lr,
-                            warmup_steps=t.warmup_steps, lr_schedule=t.lr_schedule, min_lr_ratio=t.min_lr_ratio,
-                            decay_fraction=t.decay_fraction, ema_decay=t.ema_decay, optimizer=t.optimizer, muon_lr=t.muon_lr,
-                            precision=t.precision,
-                            log_every=t.log_every,
-                            save_every=t.save_every, keep_last=1, stats_canvases=min(1024, cfg.task.n_train),
-                            match_backbones=False, device="cpu", progress=progress)
+    same = {k: v for k, v in dataclasses.asdict(t).items() if k != "seeds"}  # DemoTrain's fields are TrainConfig's
+    train_cfg = TrainConfig(**same, seed=t.seeds[0] if seed is None else seed, keep_last=1,
+                            stats_canvases=min(1024, cfg.task.n_train), match_backbones=False, device="cpu",
+                            progress=progress)
     return RunConfig(model=model, objective=ObjectiveConfig(use_repa=reg, use_reg=reg), backbones=bcfg,
                      train=train_cfg, data=DataConfig(task="math", features="cached"),
                      canvas=CanvasSection(overflow="error"))
@@ -326,7 +323,7 @@ def backbone_config(cfg: DemoConfig) -> BackboneConfig:
                           teacher_reg_layer=b.teacher_reg_layer, dtype=b.dtype)
 
 
-@dataclass
+@dataclasses.dataclass
 class DemoData:
     """What every training run of a demo shares, built once: the task's problems and rows, the backbones, the cached
     training features and the student's widths."""

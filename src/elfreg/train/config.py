@@ -51,6 +51,10 @@ class TrainConfig:
     # (facts §3.7). Muon's update has a fixed spectral norm, so in a short run of a narrow student it moves the
     # matrices far less than AdamW at the same lr (docs/training.md "Learning-rate schedules")
     muon_lr: float | None = None
+    # "all": Muon on every 2-D matrix (the reference); "hidden": only the transformer blocks' matrices, AdamW on the
+    # input/output maps and embedders (common Muon practice; on a CPU, orthogonalising the 576-wide input/output
+    # maps of a small student costs more than its forward and backward: docs/training.md)
+    muon_params: Literal["all", "hidden"] = "all"
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     adam_eps: float = 1e-8
@@ -103,6 +107,7 @@ class TrainConfig:
         check(0.0 <= self.ema_decay < 1.0, "train.ema_decay", f"must lie in [0, 1), got {self.ema_decay}")
         check(0.0 <= self.muon_momentum < 1.0, "train.muon_momentum", "must lie in [0, 1)")
         check(self.muon_lr is None or self.muon_lr > 0, "train.muon_lr", "must be positive or null")
+        check(self.muon_params in ("all", "hidden"), "train.muon_params", f"unknown {self.muon_params!r}")
         check(0.0 <= self.adam_beta1 < 1.0 and 0.0 <= self.adam_beta2 < 1.0, "train.adam_beta1",
               "Adam betas must lie in [0, 1)")
         check(self.adam_eps > 0, "train.adam_eps", "must be positive")

@@ -23,16 +23,23 @@ from elfreg.train.config import TrainConfig
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 
 
-def split_params(model: nn.Module) -> dict[str, list[tuple[str, nn.Parameter]]]:
-    """{"muon_out_in": Linear weights, "muon_in_out": other 2-D matrices, "adam": the rest} (trainable only)."""
+def split_params(model: nn.Module, muon_params: str = "all") -> dict[str, list[tuple[str, nn.Parameter]]]:
+    """{"muon_out_in": Linear weights, "muon_in_out": other 2-D matrices, "adam": the rest} (trainable only).
+
+    ``muon_params`` "all": every 2-D matrix goes to Muon (the reference, facts §3.7); "hidden": only the
+    transformer blocks' matrices (``blocks.*``), the input/output maps and embedders go to AdamW (see
+    TrainConfig.muon_params).
+    """
+    if muon_params not in ("all", "hidden"):
+        raise ValueError(f"train.muon_params: unknown {muon_params!r}; choose all or hidden")
     linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     out: dict[str, list] = {"muon_out_in": [], "muon_in_out": [], "adam": []}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        if p.ndim == 2:
+        if p.ndim == 2 and (muon_params == "all" or name.startswith("blocks.")):
             out["muon_out_in" if id(p) in linear else "muon_in_out"].append((name, p))
-        else:  # biases, norm weights, the (1, n, H) prefix tokens
+        else:  # biases, norm weights, the (1, n, H) prefix tokens (and with "hidden", the non-block matrices)
             out["adam"].append((name, p))
     return out
 
@@ -144,7 +151,7 @@ def adamw(params: list[nn.Parameter], **kw) -> torch.optim.AdamW:
 
 def build_optimizers(model: nn.Module, cfg: TrainConfig) -> Optimizers:
     """Muon (2-D matrices) + AdamW (the rest) with one lr, or AdamW on everything (facts §3.7)."""
-    groups = split_params(model)
+    groups = split_params(model, cfg.muon_params if cfg.optimizer == "muon" else "all")
     adam_kw = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                    weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adamw":
