@@ -51,6 +51,36 @@ def make_draws(cfg, seed=0, **fixed):
     return dataclasses.replace(d, **fixed)
 
 
+def test_draw_laws_and_one_generator_per_row():
+    cfg = ObjectiveConfig()
+    n, length, d = 6000, 3, 4
+    gens = lambda: [torch.Generator().manual_seed(7_000 + i) for i in range(n)]  # noqa: E731
+    dr = draw(cfg, gens(), length, d, 5)
+    assert dr.is_decoder.float().mean().item() == pytest.approx(cfg.decoder_prob, abs=0.015)
+    assert dr.self_cond.float().mean().item() == pytest.approx(cfg.self_cond_prob, abs=0.02)
+    logit = torch.log(dr.t / (1 - dr.t))  # t = sigmoid(N(-1.5, 0.8))
+    assert (logit.mean().item(), logit.std().item()) == (pytest.approx(cfg.t_mean, abs=0.03),
+                                                         pytest.approx(cfg.t_std, abs=0.03))
+    assert dr.w.min().item() >= cfg.w_min and dr.w.max().item() <= cfg.w_max
+    assert dr.w.mean().item() == pytest.approx((cfg.w_min + cfg.w_max) / 2, abs=0.05)  # U[0.5, 5]
+    lam = torch.log(dr.lam / (1 - dr.lam))
+    assert dr.lam.shape == (n, length) and lam.mean().item() == pytest.approx(cfg.decoder_lambda_mean, abs=0.03)
+    assert lam.std().item() == pytest.approx(cfg.decoder_lambda_std, abs=0.03)
+    assert dr.lam_r.shape == (n,) and dr.eps_r.shape == (n, 5) and dr.eps.shape == (n, length, d)
+    assert (dr.eps.mean().item(), dr.eps.std().item()) == (pytest.approx(0.0, abs=0.02), pytest.approx(1.0, abs=0.02))
+    # one noise serves both branches of a row; the state and REG noises are independent draws
+    assert dr.eps_dec is dr.eps and dr.eps_r_dec is dr.eps_r
+    assert abs(torch.corrcoef(torch.stack([dr.eps[:, 0, 0], dr.eps_r[:, 0]]))[0, 1].item()) < 0.05
+    # a row's draws depend only on its own generator: the same seeds give the same rows in any order or batch
+    few = draw(cfg, [torch.Generator().manual_seed(7_000 + i) for i in (5, 2)], length, d, 5)
+    for j, i in enumerate((5, 2)):
+        for name in ("is_decoder", "t", "self_cond", "w", "eps", "lam", "eps_r", "lam_r"):
+            assert torch.equal(getattr(few, name)[j], getattr(dr, name)[i]), name
+    # an ELF model (no REG state) draws no REG noise
+    plain = draw(cfg, gens()[:4], length, d, None)
+    assert plain.eps_r is None and plain.lam_r is None and plain.eps.shape == (4, length, d)
+
+
 def test_sc_cfg_target_hand_values():
     x, z = torch.tensor([[1.0]]), torch.tensor([[0.2]])
     t = torch.tensor([0.6])  # c_t = 0.4, plain velocity (1 - 0.2)/0.4 = 2

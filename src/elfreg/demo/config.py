@@ -151,3 +151,7 @@ QUICK = {  # seconds to a minute: every stage end to end, no claim about accurac
     "train": {"steps": 6, "batch_size": 16, "warmup_steps": 2, "log_every": 2, "save_every": 3, "seeds": [0, 1]},
     "eval": {"nfes": [2, 4], "seeds": [0, 1], "batch_size": 8, "main_nfe": 4, "curve_every": 3},
 }
+
+
+# Named settings for `elfreg demo --preset NAME` (``--quick`` is "quick"), applied before key=value overrides.
+PRESETS: dict[str, dict] = {"quick": QUICK}
