@@ -134,15 +134,20 @@ class DemoConfig:
     train: DemoTrain = field(default_factory=DemoTrain)
     eval: DemoEval = field(default_factory=DemoEval)
     threads: int = 2
-    # Training runs side by side (threads of one process), each with threads / lanes intra-op threads. A run's
-    # numbers depend on its own thread count only, not on the lanes (tests/demo/test_lanes.py); measured on 2
-    # cores: two 1-thread lanes train 1.2-1.6x more steps per second than one 2-thread run.
+    # Training and evaluation runs side by side, each with threads / lanes intra-op threads. A run's numbers depend
+    # on its own thread count only, not on the lanes or their mode (tests/demo/test_run.py). lane_mode "processes":
+    # worker processes (elfreg.demo.lanes); "threads": threads of this process, whose Python parts wait on each
+    # other (the GIL). Measured on 2 cores (benchmarks/bench_demo_step.py --lanes), against one 2-thread run: two
+    # 1-thread processes train 1.33-1.53x more steps per second, two threads 1.25-1.31x.
     lanes: int = 2
+    lane_mode: str = "processes"
 
     def __post_init__(self) -> None:
         check(self.threads >= 1, "threads", f"must be >= 1, got {self.threads}")
         check(self.lanes >= 1 and self.threads % self.lanes == 0, "lanes",
               f"must be >= 1 and divide threads ({self.threads}), got {self.lanes}")
+        check(self.lane_mode in ("processes", "threads"), "lane_mode",
+              f"unknown {self.lane_mode!r}; choose processes or threads")
 
 
 QUICK = {  # seconds to a minute: every stage end to end, no claim about accuracy

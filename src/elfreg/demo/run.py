@@ -32,6 +32,7 @@ from elfreg.data.templates import apply_template
 from elfreg.demo import arith
 from elfreg.demo import task as chain
 from elfreg.demo.config import DemoConfig
+from elfreg.demo.lanes import LanePool, evaluate_job, train_job
 from elfreg.demo.machine import machine_info
 from elfreg.hub import ElfModel
 from elfreg.sampling.config import SamplerConfig
@@ -365,11 +366,12 @@ def prepare(cfg: DemoConfig, cache_dir: str | Path | None = None, progress: bool
     return DemoData(train_p, test_p, train_rows, test_rows, bcfg, backbones, features, head_ids, dims)
 
 
-def train_run(data: DemoData, cfg: DemoConfig, variant: str, seed: int, run_dir: Path, stop: threading.Event,
-              shared: threading.Lock, progress: bool = True) -> dict:
+def train_run(data: DemoData, cfg: DemoConfig, variant: str, seed: int, run_dir: Path, stop, shared: threading.Lock,
+              progress: bool = True, on_steps: Callable[[int], None] | None = None) -> dict:
     """Train (or resume) one run of ``variant`` with training seed ``seed`` in ``run_dir``, measuring its accuracy
-    curve; ``stop`` ends it after the current step (another lane failed); ``shared`` guards model construction (its
-    init draws from the global RNG) and the curve's measurements (the tokenizer is not thread-safe)."""
+    curve; ``stop`` (an Event) ends it after the current step (another lane failed); ``shared`` guards model
+    construction (its init draws from the global RNG) and the curve's measurements (the tokenizer is not
+    thread-safe); ``on_steps(n)``: told of the steps done, every 10 and at the end (a progress bar elsewhere)."""
     t = time.perf_counter()
     with shared:
         trainer = Trainer(run_config(cfg, variant, data.bcfg, data.head_ids, data.dims, progress, seed=seed), run_dir,
@@ -377,15 +379,71 @@ def train_run(data: DemoData, cfg: DemoConfig, variant: str, seed: int, run_dir:
     trainer.progress_desc = f"train {variant} seed {seed}"
     curve = AccuracyCurve(trainer, data.test_problems, data.test_rows, cfg, run_dir / "accuracy_curve.jsonl", shared)
     trainer.hooks += [curve, stop_hook(stop)]
+    if on_steps is not None:
+        told = [int(trainer.state["step"])]
+        on_steps(told[0])  # a resumed run's steps count as done
+
+        def tell(step: int) -> None:
+            if step % 10 == 0 or step == trainer.total_steps:
+                on_steps(step - told[0])
+                told[0] = step
+        trainer.hooks.append(tell)
     res = trainer.run()
     return {"seed": seed, "model_dir": str(res.model_dir), "steps": res.step,
             "train_seconds": time.perf_counter() - t, "curve": curve.points}
 
 
-def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
-    """Run the whole demo into ``out``; returns the results dict (also written as results.json)."""
+def train_all(data: DemoData, cfg: DemoConfig, jobs: list[tuple[str, int]], out: Path, pool: LanePool | None,
+              progress: bool) -> list[dict]:
+    """Every training run of ``jobs`` (variant, seed), ``cfg.lanes`` at a time: in ``pool``'s worker processes, or
+    as threads of this process (lane_mode threads, or one lane); results in the jobs' order."""
     from tqdm.auto import tqdm
 
+    if pool is not None:
+        with tqdm(total=len(jobs) * cfg.train.steps, desc="train", disable=not progress) as bar:
+            return pool.map(train_job, [(job, str(out)) for job in jobs], bar)
+    lane_threads = cfg.threads // cfg.lanes
+    shared = threading.Lock()  # model init draws from the global RNG; the tokenizer is not thread-safe
+
+    def train_one(job: tuple[str, int], stop: threading.Event) -> dict:
+        variant, seed = job
+        torch.set_num_threads(lane_threads)  # per thread under OpenMP: set in the lane itself
+        return train_run(data, cfg, variant, seed, out / variant / f"seed-{seed}", stop, shared, progress)
+
+    return side_by_side(jobs, train_one, cfg.lanes)
+
+
+def evaluate_all(data: DemoData, cfg: DemoConfig, model_dirs: list[str], pool: LanePool | None,
+                 progress: bool) -> list[dict]:
+    """``evaluate`` of every model folder, ``cfg.lanes`` at a time with the runs' own thread count (in ``pool``'s
+    workers, or as threads of this process); results in order."""
+    from tqdm.auto import tqdm
+
+    ev = cfg.eval
+    total = len(model_dirs) * len(ev.samplers) * len(ev.nfes) * len(ev.seeds)
+    with tqdm(total=total, desc="evaluate", disable=not progress) as bar:
+        if pool is not None:
+            return pool.map(evaluate_job, [(d,) for d in model_dirs], bar)
+        lane_threads = cfg.threads // cfg.lanes
+        models = []
+        torch.set_num_threads(lane_threads)  # every number of a run comes from its lane's thread count
+        for d in model_dirs:  # encoded here, one at a time: the tokenizer may not encode in two threads at once
+            model = ElfModel.from_pretrained(d)
+            model.attach_backbones(data.backbones)
+            models.append((model, encode_test(model, data.test_rows)))
+
+        def evaluate_one(i: int, stop: threading.Event) -> dict:
+            torch.set_num_threads(lane_threads)  # the same threads as the runs' accuracy curves
+            return evaluate(models[i][0], data.test_problems, data.test_rows, cfg, bar, models[i][1])
+
+        try:
+            return side_by_side(list(range(len(models))), evaluate_one, cfg.lanes)
+        finally:
+            torch.set_num_threads(cfg.threads)
+
+
+def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
+    """Run the whole demo into ``out``; returns the results dict (also written as results.json)."""
     from elfreg.demo.report import write_report
 
     start = time.perf_counter()
@@ -399,43 +457,25 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     atomic_write_text(out / "test.jsonl", "".join(json.dumps({"id": f"{cfg.task.kind}/{i}", "question": r["prompt"],
                                                               "answer": r["answer"]}) + "\n"
                                                   for i, r in enumerate(test_rows)))
-    backbones = data.backbones
 
     results: dict = {"task": {"train": len(train_p), "test": len(test_p), "example": data.train_rows[0]},
                      "head_token_ids": data.head_ids, "train_seeds": list(cfg.train.seeds), "lanes": cfg.lanes,
+                     "lane_mode": cfg.lane_mode,
                      "models": {v: {"steps": cfg.train.steps, "runs": []} for v in VARIANTS}}
-    lane_threads = cfg.threads // cfg.lanes
-    shared = threading.Lock()  # model init draws from the global RNG; the tokenizer is not thread-safe
+    pool = LanePool.for_demo(cfg, cache_dir) if cfg.lanes > 1 and cfg.lane_mode == "processes" else None
+    try:
+        t = time.perf_counter()
+        jobs = lane_order(cfg.train.seeds)
+        for (variant, _), run in zip(jobs, train_all(data, cfg, jobs, out, pool, progress)):
+            results["models"][variant]["runs"].append(run)  # seed order: the queue is seed-major
+        phases["train"] = time.perf_counter() - t
 
-    def train_one(job: tuple[str, int], stop: threading.Event) -> dict:
-        variant, seed = job
-        torch.set_num_threads(lane_threads)  # per thread under OpenMP: set in the lane itself
-        return train_run(data, cfg, variant, seed, out / variant / f"seed-{seed}", stop, shared, progress)
-
-    t = time.perf_counter()
-    jobs = lane_order(cfg.train.seeds)
-    for (variant, _), run in zip(jobs, side_by_side(jobs, train_one, cfg.lanes)):
-        results["models"][variant]["runs"].append(run)  # seed order: the queue is seed-major
-    phases["train"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    ev = cfg.eval
-    runs = [(variant, run) for variant in VARIANTS for run in results["models"][variant]["runs"]]
-    models = []
-    torch.set_num_threads(lane_threads)  # every number of a run comes from its lane's thread count
-    for _, run in runs:  # encoded here, one at a time: the tokenizer may not encode in two threads at once
-        model = ElfModel.from_pretrained(run["model_dir"])
-        model.attach_backbones(backbones)
-        models.append((model, encode_test(model, test_rows)))
-
-    def evaluate_one(i: int, stop: threading.Event) -> dict:
-        torch.set_num_threads(lane_threads)  # the same threads as the runs' accuracy curves
-        return evaluate(models[i][0], test_p, test_rows, cfg, bar, models[i][1])
-
-    total = len(runs) * len(ev.samplers) * len(ev.nfes) * len(ev.seeds)
-    with tqdm(total=total, desc="evaluate", disable=not progress) as bar:
-        evals = side_by_side(list(range(len(runs))), evaluate_one, cfg.lanes)
-    torch.set_num_threads(cfg.threads)
+        t = time.perf_counter()
+        runs = [(variant, run) for variant in VARIANTS for run in results["models"][variant]["runs"]]
+        evals = evaluate_all(data, cfg, [run["model_dir"] for _, run in runs], pool, progress)
+    finally:
+        if pool is not None:
+            pool.close()
     for variant in VARIANTS:
         results["models"][variant]["eval"] = merge_evals({run["seed"]: e for (v, run), e in zip(runs, evals)
                                                           if v == variant})
