@@ -149,13 +149,15 @@ def profile(threads: int, steps: int) -> None:
 
 
 def lanes(threads: int, steps: int, rounds: int) -> None:
-    """Training throughput: two runs one after the other on ``threads`` threads, against the same two runs side by
-    side (elfreg.demo.run.side_by_side, as the demo trains) with threads / 2 each; interleaved rounds, medians."""
+    """Training throughput of two runs: one after the other on ``threads`` threads; side by side as threads of one
+    process (elfreg.demo.run.side_by_side, as the demo trains) with threads / 2 each; side by side as two processes
+    with threads / 2 each. Interleaved rounds, medians; each figure is ms per step of one run."""
     import torch
 
     from elfreg.demo.run import side_by_side
 
     tmp = Path(tempfile.mkdtemp())
+    procs = [Side(str(HERE.parents[1] / "src"), threads // 2) for _ in range(2)]
     for variant in ("ELF", "ELF-REG"):
         pair = [_setup(variant, tmp / f"{variant}-{i}")[0] for i in range(2)]
         count = [0, 0]
@@ -168,7 +170,9 @@ def lanes(threads: int, steps: int, rounds: int) -> None:
 
         for i in range(2):
             run(i, n=3)  # warm-up
-        seq, par = [], []
+        for p in procs:
+            p.ask(variant, "step", 3)
+        seq, par, proc = [], [], []
         for _ in range(rounds):
             t0 = time.perf_counter()
             run(0), run(1)
@@ -176,9 +180,19 @@ def lanes(threads: int, steps: int, rounds: int) -> None:
             t0 = time.perf_counter()
             side_by_side([0, 1], run, 2)
             par.append(time.perf_counter() - t0)
-        s, p = statistics.median(seq), statistics.median(par)
-        print(f"{variant:8s} 2 runs x {steps} steps: one after the other ({threads} threads) {1e3 * s / (2 * steps):6.1f} "
-              f"ms/step, side by side ({threads // 2} each) {1e3 * p / (2 * steps):6.1f} ms/step: {s / p:.2f}x the steps/s")
+            t0 = time.perf_counter()
+            for p in procs:  # both processes start before either is read
+                p.send(variant, "step", steps)
+            for p in procs:
+                p.read()
+            proc.append(time.perf_counter() - t0)
+        s, p_, q = (statistics.median(x) for x in (seq, par, proc))
+        print(f"{variant:8s} 2 runs x {steps} steps, ms per step of a run: one after the other ({threads} threads) "
+              f"{1e3 * s / (2 * steps):6.1f}; side by side ({threads // 2} thread(s) each) as threads "
+              f"{1e3 * p_ / steps:6.1f} ({s / p_:.2f}x the steps/s), as processes {1e3 * q / steps:6.1f} "
+              f"({s / q:.2f}x)")
+    for p in procs:
+        p.close()
     torch.set_num_threads(threads)
 
 
@@ -191,10 +205,16 @@ class Side:
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
         assert self.p.stdout.readline().strip() == "ready", "worker failed to start"
 
-    def ask(self, variant: str, kind: str, n: int) -> dict:
+    def send(self, variant: str, kind: str, n: int) -> None:
         self.p.stdin.write(f"{variant} {kind} {n}\n")
         self.p.stdin.flush()
+
+    def read(self) -> dict:
         return json.loads(self.p.stdout.readline())
+
+    def ask(self, variant: str, kind: str, n: int) -> dict:
+        self.send(variant, kind, n)
+        return self.read()
 
     def close(self) -> None:
         self.p.stdin.close()

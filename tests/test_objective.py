@@ -2,11 +2,12 @@ import dataclasses
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from elfreg.config import ObjectiveConfig, model_preset
 from elfreg.flow import velocity
 from elfreg.model.student import ElfStudent
-from elfreg.objective import TrainBatch, draw, elf_reg_loss, repa_loss, sc_cfg_target, sc_cfg_x_star, x_star
+from elfreg.objective import TrainBatch, cosine_to, draw, elf_reg_loss, repa_loss, sc_cfg_target, sc_cfg_x_star, x_star
 
 B, L = 6, 10
 P = 3  # prompt length
@@ -48,6 +49,36 @@ def make_batch(seed=0):
 def make_draws(cfg, seed=0, **fixed):
     d = draw(cfg, [torch.Generator().manual_seed(seed * 100 + i) for i in range(B)], L, 64, 64)
     return dataclasses.replace(d, **fixed)
+
+
+def test_draw_laws_and_one_generator_per_row():
+    cfg = ObjectiveConfig()
+    n, length, d = 6000, 3, 4
+    gens = lambda: [torch.Generator().manual_seed(7_000 + i) for i in range(n)]  # noqa: E731
+    dr = draw(cfg, gens(), length, d, 5)
+    assert dr.is_decoder.float().mean().item() == pytest.approx(cfg.decoder_prob, abs=0.015)
+    assert dr.self_cond.float().mean().item() == pytest.approx(cfg.self_cond_prob, abs=0.02)
+    logit = torch.log(dr.t / (1 - dr.t))  # t = sigmoid(N(-1.5, 0.8))
+    assert (logit.mean().item(), logit.std().item()) == (pytest.approx(cfg.t_mean, abs=0.03),
+                                                         pytest.approx(cfg.t_std, abs=0.03))
+    assert dr.w.min().item() >= cfg.w_min and dr.w.max().item() <= cfg.w_max
+    assert dr.w.mean().item() == pytest.approx((cfg.w_min + cfg.w_max) / 2, abs=0.05)  # U[0.5, 5]
+    lam = torch.log(dr.lam / (1 - dr.lam))
+    assert dr.lam.shape == (n, length) and lam.mean().item() == pytest.approx(cfg.decoder_lambda_mean, abs=0.03)
+    assert lam.std().item() == pytest.approx(cfg.decoder_lambda_std, abs=0.03)
+    assert dr.lam_r.shape == (n,) and dr.eps_r.shape == (n, 5) and dr.eps.shape == (n, length, d)
+    assert (dr.eps.mean().item(), dr.eps.std().item()) == (pytest.approx(0.0, abs=0.02), pytest.approx(1.0, abs=0.02))
+    # one noise serves both branches of a row; the state and REG noises are independent draws
+    assert dr.eps_dec is dr.eps and dr.eps_r_dec is dr.eps_r
+    assert abs(torch.corrcoef(torch.stack([dr.eps[:, 0, 0], dr.eps_r[:, 0]]))[0, 1].item()) < 0.05
+    # a row's draws depend only on its own generator: the same seeds give the same rows in any order or batch
+    few = draw(cfg, [torch.Generator().manual_seed(7_000 + i) for i in (5, 2)], length, d, 5)
+    for j, i in enumerate((5, 2)):
+        for name in ("is_decoder", "t", "self_cond", "w", "eps", "lam", "eps_r", "lam_r"):
+            assert torch.equal(getattr(few, name)[j], getattr(dr, name)[i]), name
+    # an ELF model (no REG state) draws no REG noise
+    plain = draw(cfg, gens()[:4], length, d, None)
+    assert plain.eps_r is None and plain.lam_r is None and plain.eps.shape == (4, length, d)
 
 
 def test_sc_cfg_target_hand_values():
@@ -221,6 +252,28 @@ def test_repa_shift_one_aligns_with_previous_position():
     # the extra (REG) token adds one term per row: (1 + 2 + 0) / 3
     assert repa_loss(p, t, torch.ones(1, 2, dtype=torch.bool), extra_pred=torch.tensor([[1.0, 0.0]]),
                      extra_target=torch.tensor([[5.0, 0.0]])).item() == pytest.approx(1.0)
+
+
+def test_cosine_to_is_torch_cosine_similarity_with_no_gradient_into_the_target():
+    g = torch.Generator().manual_seed(0)
+    pred = torch.randn(3, 7, 16, generator=g, requires_grad=True)
+    target = torch.randn(3, 7, 16, generator=g) * torch.rand(3, 7, 1, generator=g) * 10
+    want = F.cosine_similarity(pred, target, dim=-1, eps=1e-8)
+    got = cosine_to(pred, target)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    # the gradient of 1 - cos with respect to pred: -(t_hat - cos p_hat) / |p|
+    (g_got,) = torch.autograd.grad((1 - got).sum(), pred)
+    (g_want,) = torch.autograd.grad((1 - want).sum(), pred)
+    torch.testing.assert_close(g_got, g_want, rtol=1e-5, atol=1e-6)
+    p_norm = pred.detach().norm(dim=-1, keepdim=True)
+    t_hat = target / target.norm(dim=-1, keepdim=True)
+    hand = -(t_hat - got.detach()[..., None] * pred.detach() / p_norm) / p_norm
+    torch.testing.assert_close(g_got, hand, rtol=1e-5, atol=1e-6)
+    # a target that requires grad gets none (REPA's targets are frozen teacher states)
+    t = target.clone().requires_grad_(True)
+    assert torch.autograd.grad(cosine_to(pred, t).sum(), t, allow_unused=True)[0] is None
+    # bf16 inputs are compared in fp32, as F.cosine_similarity on .float()
+    assert cosine_to(pred.detach().bfloat16(), target.bfloat16()).dtype == torch.float32
 
 
 def test_repa_mean_pooled_target():

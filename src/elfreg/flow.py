@@ -34,7 +34,12 @@ def velocity(x_hat: Tensor, z: Tensor, t: Tensor, floor: float = 0.05) -> Tensor
 
 def sample_t(n: int, mean: float, std: float, generator: torch.Generator | None = None) -> Tensor:
     """Logit-normal training times t = sigmoid(N(mean, std)), shape (n,) (spec §3)."""
-    return torch.sigmoid(mean + std * torch.randn(n, generator=generator))
+    return t_from_normal(torch.randn(n, generator=generator), mean, std)
+
+
+def t_from_normal(normal: Tensor, mean: float, std: float) -> Tensor:
+    """The logit-normal time of standard normal draws: sigmoid(mean + std normal) (``sample_t``'s law)."""
+    return torch.sigmoid(mean + std * normal)
 
 
 def sample_w(n: int, w_min: float, w_max: float, law: str, generator: torch.Generator | None = None) -> Tensor:
@@ -50,7 +55,11 @@ def sample_w(n: int, w_min: float, w_max: float, law: str, generator: torch.Gene
     small w (median 2.0 on [0.5, 5]). Choose it with ``objective.w_law: log_uniform`` to match that code.
     The inference scales (w = 3 for GSM8K, 2 otherwise) lie inside the range under either law.
     """
-    u = torch.rand(n, generator=generator)
+    return w_from_uniform(torch.rand(n, generator=generator), w_min, w_max, law)
+
+
+def w_from_uniform(u: Tensor, w_min: float, w_max: float, law: str) -> Tensor:
+    """``sample_w``'s law applied to U[0, 1) draws ``u``."""
     if law == "uniform":
         return w_min + (w_max - w_min) * u
     if law == "log_uniform":

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from elfreg.config import ObjectiveConfig
-from elfreg.flow import _bcast, c_t, noisy_state, sample_t, sample_w, velocity
+from elfreg.flow import _bcast, c_t, noisy_state, t_from_normal, velocity, w_from_uniform
 from elfreg.model.student import ElfStudent
 
 
@@ -67,29 +67,30 @@ def _lam(cfg: ObjectiveConfig, normal: Tensor) -> Tensor:
 def draw(cfg: ObjectiveConfig, generators: list[torch.Generator], length: int, d: int, d_r: int | None) -> Draws:
     """Draw every random quantity of a step, example i from ``generators[i]`` only (CPU tensors).
 
-    Per row, in this order: is_decoder, t, self_cond, w, the state noise (L, d), lam, then for a REG model the REG
-    noise (d_r) and lam_r. One noise serves the denoising and the decoder input (see ``Draws``): drawing both cost
-    half of a demo step's draws. The noise is written in place, without per-row tensors to concatenate.
+    Two calls per row: 3 uniforms (is_decoder, self_cond, w) and one run of standard normals (t's, the state
+    noise (L, d), lam's L, then for a REG model the REG noise (d_r) and lam_r's), written in place into one
+    buffer per kind; the laws (flow.t_from_normal, flow.w_from_uniform, ``_lam``) then apply to the whole batch at
+    once. One noise serves the denoising and the decoder input (see ``Draws``). Per-row calls of a few numbers each
+    were most of a demo step's draws; the streams differ from earlier versions, the laws do not
+    (tests/test_objective.py checks them).
     """
     n = len(generators)
-    noise = torch.empty(n, length, d)
-    noise_r = torch.empty(n, d_r) if d_r is not None else None
-    rows = []
+    k_state = length * d
+    k = 1 + k_state + length + ((d_r + 1) if d_r is not None else 0)
+    normals = torch.empty(n, k)
+    uniforms = torch.empty(n, 3)
     for i, g in enumerate(generators):
-        row = dict(
-            is_decoder=torch.rand(1, generator=g) < cfg.decoder_prob,
-            t=sample_t(1, cfg.t_mean, cfg.t_std, g),
-            self_cond=torch.rand(1, generator=g) < cfg.self_cond_prob,
-            w=sample_w(1, cfg.w_min, cfg.w_max, cfg.w_law, g),
-        )
-        torch.randn(length, d, generator=g, out=noise[i])
-        row["lam"] = _lam(cfg, torch.randn(1, length, generator=g))
-        if noise_r is not None:
-            torch.randn(d_r, generator=g, out=noise_r[i])
-            row["lam_r"] = _lam(cfg, torch.randn(1, generator=g))
-        rows.append(row)
-    out = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
-    return Draws(**out, eps=noise, eps_dec=noise, eps_r=noise_r, eps_r_dec=noise_r)
+        torch.rand(3, generator=g, out=uniforms[i])
+        torch.randn(k, generator=g, out=normals[i])
+    noise = normals[:, 1:1 + k_state].view(n, length, d)
+    at = 1 + k_state + length
+    noise_r = normals[:, at:at + d_r] if d_r is not None else None
+    return Draws(is_decoder=uniforms[:, 0] < cfg.decoder_prob,
+                 t=t_from_normal(normals[:, 0], cfg.t_mean, cfg.t_std),
+                 self_cond=uniforms[:, 1] < cfg.self_cond_prob,
+                 w=w_from_uniform(uniforms[:, 2], cfg.w_min, cfg.w_max, cfg.w_law),
+                 eps=noise, lam=_lam(cfg, normals[:, 1 + k_state:at]), eps_dec=noise,
+                 eps_r=noise_r, lam_r=_lam(cfg, normals[:, -1]) if d_r is not None else None, eps_r_dec=noise_r)
 
 
 def _guide(b: Tensor, w: Tensor, like: Tensor) -> Tensor:
@@ -118,6 +119,20 @@ def x_star(z: Tensor, v_target: Tensor, t: Tensor, floor: float) -> Tensor:
     return (z + _bcast(c_t(t, floor), z) * v_target).detach()
 
 
+def cosine_to(pred: Tensor, target: Tensor, eps: float = 1e-8) -> Tensor:
+    """cos(pred, target) over the last dim in fp32, as ``F.cosine_similarity`` (each norm clamped at ``eps``), with
+    no gradient into ``target`` (REPA's targets are frozen teacher states).
+
+    The target is normalised once, so the gradient flows only through pred's dot product with it and pred's norm:
+    (B, L) divisions in place of F.cosine_similarity's two broadcast (B, L, d_t) divisions and their backward,
+    which took ~20 % of an ELF-REG demo step (benchmarks/bench_demo_step.py --profile). Same values up to rounding.
+    """
+    t = target.detach().float()
+    t_hat = t / torch.linalg.vector_norm(t, dim=-1, keepdim=True).clamp_min(eps)
+    p = pred.float()
+    return (p * t_hat).sum(-1) / torch.linalg.vector_norm(p, dim=-1).clamp_min(eps)
+
+
 def repa_loss(pred: Tensor, teacher: Tensor, mask: Tensor, shift: int = 0, mean_pooled: bool = False,
               extra_pred: Tensor | None = None, extra_target: Tensor | None = None,
               denominator: Tensor | None = None) -> Tensor:
@@ -138,11 +153,10 @@ def repa_loss(pred: Tensor, teacher: Tensor, mask: Tensor, shift: int = 0, mean_
         mask[:, 0] = False
     elif shift != 0:
         raise ValueError(f"objective.repa_shift must be 0 or 1, got {shift}")
-    cos = F.cosine_similarity(pred.float(), target.float(), dim=-1, eps=1e-8)
-    total = ((1.0 - cos) * mask).sum()
+    total = ((1.0 - cosine_to(pred, target)) * mask).sum()
     count = mask.sum()
     if extra_pred is not None and extra_target is not None:
-        total = total + (1.0 - F.cosine_similarity(extra_pred.float(), extra_target.float(), dim=-1, eps=1e-8)).sum()
+        total = total + (1.0 - cosine_to(extra_pred, extra_target)).sum()
         count = count + extra_pred.shape[0]
     return total / (count if denominator is None else denominator).clamp_min(1)
 

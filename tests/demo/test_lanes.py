@@ -5,9 +5,10 @@ import time
 
 import pytest
 
-from elfreg.demo.config import DemoConfig
-from elfreg.demo.run import Stopped, lane_order, side_by_side, stop_hook
 from elfreg.configtools import ConfigError
+from elfreg.demo.config import DemoConfig
+from elfreg.demo.lanes import LanePool, QueueBar, _WORKER, stopped
+from elfreg.demo.run import Stopped, lane_order, side_by_side, stop_hook
 
 
 def test_lane_order_is_seed_major_and_alternates_the_variants():
@@ -62,3 +63,58 @@ def test_lanes_must_divide_threads():
     for threads, lanes in ((2, 3), (1, 2), (2, 0)):
         with pytest.raises(ConfigError, match="lanes"):
             DemoConfig(threads=threads, lanes=lanes)
+
+
+# Worker-process jobs (module level: a spawned worker imports them by name).
+def _init_tag(tag: str) -> None:
+    _WORKER["tag"] = tag
+
+
+def _job(name: str) -> str:
+    import os
+
+    if name == "bad":
+        time.sleep(0.3)
+        raise ValueError("lane failed")
+    if name == "long":
+        for _ in range(3000):  # ends early once the pool asks its runs to stop
+            if stopped():
+                raise Stopped("stopped")
+            time.sleep(0.01)
+    QueueBar(_WORKER["queue"]).update(3)
+    return f"{_WORKER['tag']}:{name}:{os.getpid()}"
+
+
+class _Bar:
+    def __init__(self):
+        self.n = 0
+
+    def update(self, n=1):
+        self.n += n
+
+
+def test_process_lanes_run_every_job_in_its_workers_in_order_and_report_progress():
+    import os
+
+    bar = _Bar()
+    with LanePool(2, _init_tag, ("w",)) as pool:
+        got = pool.map(_job, [("a",), ("b",), ("c",)], bar)
+    assert [g.split(":")[:2] for g in got] == [["w", "a"], ["w", "b"], ["w", "c"]]  # the initializer ran
+    pids = {int(g.split(":")[2]) for g in got}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2  # at most two worker processes
+    assert bar.n == 9  # each job's progress reached the parent's bar
+
+
+def test_process_lanes_stop_the_others_at_the_first_error_and_raise_it():
+    t0 = time.perf_counter()
+    with LanePool(2, _init_tag, ("w",)) as pool:
+        with pytest.raises(ValueError, match="lane failed"):
+            pool.map(_job, [("long",), ("bad",), ("never",)])
+        assert pool.stop.is_set()
+    assert time.perf_counter() - t0 < 25  # "long" (30 s) ended at the stop; "never" did not run
+
+
+def test_lane_mode_is_validated():
+    assert DemoConfig(lane_mode="threads").lane_mode == "threads"
+    with pytest.raises(ConfigError, match="lane_mode"):
+        DemoConfig(lane_mode="fibers")

@@ -63,8 +63,9 @@ def test_quick_demo_writes_every_artifact(demo_run):
     assert "## The paper's claims at this scale" in report and "ELF-REG beats ELF" in report
     assert "## Test accuracy during training" in report
     assert "## Adaptive exit (answer stability)" in report
-    assert len(claims(results, cfg)) == 9 + len(cfg.eval.reach)
-    assert "reaches 10 % test accuracy in fewer steps than ELF (Fig. 3)" in report
+    assert len(claims(results, cfg)) == 9 + len(cfg.eval.reach) + len(cfg.eval.reach_of_peak)
+    assert "in fewer steps than ELF (Fig. 3)" in report
+    assert "## Reproducibility" in report and results["machine"]["threads_per_run"] == 1
     # the features were cached once, keyed by model, layers and data
     assert len(list(cache.glob("*/manifest.json"))) == 1
 

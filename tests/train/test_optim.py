@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from elfreg.config import model_preset
+from elfreg.configtools import ConfigError
 from elfreg.model.student import ElfStudent
 from elfreg.train.config import TrainConfig
 from elfreg.train.optim import EMA, ReferenceMuon, build_optimizers, fan_ratio, lr_at, newton_schulz, split_params
@@ -26,6 +27,33 @@ def test_split_muon_gets_2d_matrices_only():
     assert {"time_tokens", "blocks.0.norm1.weight", "head_u_bias"} <= names["adam"]
     assert all(p.ndim == 2 for _, p in groups["muon_out_in"] + groups["muon_in_out"])
     assert all(p.ndim != 2 for _, p in groups["adam"])
+
+
+def test_muon_on_hidden_matrices_only_leaves_the_input_output_maps_to_adamw():
+    groups = split_params(student(), "hidden")
+    names = {k: {n for n, _ in v} for k, v in groups.items()}
+    muon = names["muon_out_in"] | names["muon_in_out"]
+    assert muon and all(n.startswith("blocks.") for n in muon)
+    assert "blocks.0.attn.qkv.weight" in muon and "blocks.0.mlp.w3.weight" in muon
+    assert {"self_cond_proj.weight", "head_p", "head_u", "final_linear.weight"} <= names["adam"]
+    # every trainable parameter is in exactly one group, as with "all"
+    every = [n for v in groups.values() for n, _ in v]
+    assert sorted(every) == sorted(n for v in split_params(student()).values() for n, _ in v)
+    with pytest.raises(ValueError, match="muon_params"):
+        split_params(student(), "blocks")
+    opt = build_optimizers(student(), TrainConfig(optimizer="muon", muon_params="hidden", muon_impl="reference"))
+    assert {id(p) for g in opt.optimizers["muon"].param_groups for p in g["params"]} and \
+        len([p for g in opt.optimizers["muon"].param_groups for p in g["params"]]) == len(muon)
+
+
+def test_muon_lr_scales_only_the_muon_groups():
+    cfg = TrainConfig(optimizer="muon", lr=1e-3, muon_lr=2e-2, muon_impl="reference")
+    opt = build_optimizers(student(), cfg)
+    opt.set_lr(5e-4)  # the schedule's value for Muon is scaled by muon_lr / lr = 20
+    assert [g["lr"] for g in opt.optimizers["muon"].param_groups] == pytest.approx([1e-2, 1e-2])
+    assert [g["lr"] for g in opt.optimizers["adamw"].param_groups] == pytest.approx([5e-4])
+    with pytest.raises(ConfigError, match="train.muon_lr"):
+        TrainConfig(muon_lr=0.0)
 
 
 def test_fan_ratio_hand_values():
@@ -70,6 +98,37 @@ def test_warmup_then_constant():
     cfg = TrainConfig(lr=2e-3, warmup_steps=4)
     assert [lr_at(s, cfg) for s in range(6)] == pytest.approx([5e-4, 1e-3, 1.5e-3, 2e-3, 2e-3, 2e-3])
     assert lr_at(0, TrainConfig(lr=1e-3, warmup_steps=0)) == 1e-3
+
+
+def test_linear_decay_to_zero_hand_values():
+    # warm-up 2 of 6 steps, then 4 decay steps with p = 1/4, 2/4, 3/4, 1: the last step trains at exactly 0
+    cfg = TrainConfig(lr=1e-3, steps=6, warmup_steps=2, lr_schedule="linear")
+    assert [lr_at(s, cfg) for s in range(6)] == pytest.approx([5e-4, 1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0], abs=1e-15)
+
+
+def test_cosine_decay_to_a_floor_hand_values():
+    # no warm-up, 4 steps, floor 1e-4: 1e-4 + 9e-4 (1 + cos(pi p)) / 2 at p = 1/4, 1/2, 3/4, 1
+    cfg = TrainConfig(lr=1e-3, steps=4, warmup_steps=0, lr_schedule="cosine", min_lr_ratio=0.1)
+    assert [lr_at(s, cfg) for s in range(4)] == pytest.approx([8.681981e-4, 5.5e-4, 2.318019e-4, 1e-4], rel=1e-6)
+
+
+def test_decay_over_the_last_fraction_keeps_the_peak_before_it():
+    # warm-up 2 of 12 steps; decay_fraction 0.5 of the 10 after it: 5 decay steps (7..11), steps 2..6 keep lr
+    cfg = TrainConfig(lr=1e-3, steps=12, warmup_steps=2, lr_schedule="linear", decay_fraction=0.5)
+    want = [5e-4, 1e-3] + [1e-3] * 5 + [8e-4, 6e-4, 4e-4, 2e-4, 0.0]
+    assert [lr_at(s, cfg) for s in range(12)] == pytest.approx(want, abs=1e-15)
+    # the run's length may come from the plan (epochs): it overrides train.steps
+    assert lr_at(3, cfg, warmup_steps=0, total_steps=4) == pytest.approx(0.0, abs=1e-15)
+    assert lr_at(0, cfg, warmup_steps=0, total_steps=4) == pytest.approx(1e-3)  # 5 decay steps: p = 0 at step 0
+
+
+def test_decaying_schedule_needs_the_run_length_and_valid_fields():
+    with pytest.raises(ValueError, match="lr_schedule=cosine needs the run's length"):
+        lr_at(5, TrainConfig(lr=1e-3, warmup_steps=0, lr_schedule="cosine"))
+    assert lr_at(5, TrainConfig(lr=1e-3, warmup_steps=0)) == 1e-3  # constant needs no length
+    for field, value in (("lr_schedule", "step"), ("min_lr_ratio", 1.5), ("decay_fraction", 0.0)):
+        with pytest.raises(ConfigError, match=f"train.{field}"):
+            TrainConfig(**{field: value})
 
 
 def test_ema_update_hand_values():

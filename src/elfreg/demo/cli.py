@@ -14,7 +14,10 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("demo", help="train ELF and ELF-REG on a built-in task with a real frozen SmolLM2, "
                                            "evaluate every sampler, write a report (CPU, ~10 min)")
     p.add_argument("--out", default="demo_out", help="output folder (report.md, plots, results.json, models)")
-    p.add_argument("--quick", action="store_true", help="a reduced run (about a minute): every stage, tiny budgets")
+    p.add_argument("--quick", action="store_true", help="a reduced run (about a minute): every stage, tiny budgets "
+                                                         "(the same as --preset quick)")
+    p.add_argument("--preset", default=None, help="named settings applied before the overrides: quick, or a task "
+                                                  "variant (docs/demo.md); default: the defaults")
     p.add_argument("--cache-dir", default=None, help="feature cache (default $ELFREG_CACHE_DIR/features or "
                                                      "~/.cache/elfreg/features)")
     p.add_argument("--no-progress", action="store_true")
@@ -22,13 +25,20 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_demo)
 
 
-def demo_config(quick: bool, overrides: list[str]):
-    """The resolved DemoConfig: defaults, then the quick preset, then the overrides."""
-    from elfreg.demo.config import QUICK, DemoConfig
+def demo_config(quick: bool, overrides: list[str], preset: str | None = None):
+    """The resolved DemoConfig: defaults, then the named preset (``quick=True`` is preset "quick"), then the
+    overrides."""
+    from elfreg.configtools import ConfigError
+    from elfreg.demo.config import PRESETS, DemoConfig
 
+    if quick and preset not in (None, "quick"):
+        raise ConfigError(f"--quick is --preset quick; it cannot be combined with --preset {preset}")
+    name = "quick" if quick else preset
     data = to_dict(DemoConfig())
-    if quick:
-        for section, values in QUICK.items():
+    if name is not None:
+        if name not in PRESETS:
+            raise ConfigError(f"--preset: unknown {name!r}; choose one of {sorted(PRESETS)}")
+        for section, values in PRESETS[name].items():
             data[section].update(values)
     return from_dict(DemoConfig, apply_overrides(data, overrides))
 
@@ -38,7 +48,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from elfreg.demo.run import run_demo
 
     t0 = time.perf_counter()
-    cfg = demo_config(args.quick, args.overrides)
+    cfg = demo_config(args.quick, args.overrides, args.preset)
     run_demo(cfg, args.out, args.cache_dir, progress=not args.no_progress)
     print(f"elfreg demo: report {args.out}/report.md; total wall time {time.perf_counter() - t0:.0f} s")
     return 0

@@ -66,19 +66,31 @@ class DemoStudent:
 
 @dataclass
 class DemoTrain:
-    """Identical optimisation for ELF and ELF-REG."""
+    """Identical optimisation for ELF and ELF-REG; every field but ``seeds`` is TrainConfig's (elfreg.train.config)."""
 
-    # 2 training seeds x 1,200 steps, trained two at a time (DemoConfig.lanes). Measured on an idle 2-core machine
-    # from an empty cache: the whole demo in 6.6-7.7 min (training 324-382 s of 393-458 s), 25-27 % exact at 16 NFE
-    # (19-32 % per seed). A third seed (+~3 min) would not fit 10 minutes on a machine 40 % slower.
+    # 3 training seeds x 1,200 steps, trained two at a time (DemoConfig.lanes). The recipe was searched for a short
+    # run (benchmarks/search_demo_recipe.py; steps-to-accuracy per setting and seed in docs/demo.md): Muon on the
+    # blocks' matrices at its own lr, AdamW elsewhere, and a short decay at the end, which the reference's constant
+    # lr with AdamW (22-29 % at 1,200 steps) does not have.
     steps: int = 1200
     batch_size: int = 32  # measured: 0.10 s/step (2 threads); 65 % at 3,000 steps vs 59 % for batch 64 at 2,000
-    lr: float = 2e-3
+    lr: float = 2e-3  # AdamW's (and the schedule's) peak; 3e-3 lost ELF-REG 15-17 points at 1,000 steps
     warmup_steps: int = 50
-    ema_decay: float = 0.99
-    optimizer: str = "adamw"  # measured here: AdamW's loss fell faster than Muon's over the first 240 steps
+    # a linear decay to 0 over the last 20 % of the steps: +2 to +6 points at 1,000 steps over a constant lr; a
+    # decay over the whole run (cosine to 0.1 lr) lost 8-16 points, as the reference's linear decay did with AdamW
+    lr_schedule: str = "linear"
+    min_lr_ratio: float = 0.0
+    decay_fraction: float = 0.2
+    ema_decay: float = 0.98  # 0.99 lags a fast-rising curve by ~100 steps: 0.98 was +1 to +6 points at 1,000
+    # Muon (the paper's optimiser) on the transformer blocks' matrices, AdamW on the rest: at 1,000 steps ELF /
+    # ELF-REG reached 31 / 45 % (seed 0) where AdamW reached 21 / 20 %. Muon on every matrix, as the reference,
+    # costs +52 / +93 ms per step on the CPU (Newton-Schulz on the 576-wide input/output maps); Muon's own lr
+    # 1e-2 (5x the reference's single lr) beat 2e-3 / 5e-3 / 2e-2 (docs/demo.md)
+    optimizer: str = "muon"
+    muon_lr: float | None = 1e-2
+    muon_params: str = "hidden"
     precision: str = "bf16"  # bf16 autocast on the CPU too: 0.45 s vs 0.80 s per step (width 256, 2 threads)
-    seeds: list[int] = field(default_factory=lambda: [0, 1])  # training seeds: init, data order, draws
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # training seeds: init, data order, draws
     log_every: int = 10
     save_every: int = 500
 
@@ -102,13 +114,18 @@ class DemoEval:
     adaptive_nfes: list[int] = field(default_factory=lambda: [16])
     # test accuracy of the EMA weights during training (early-stop, main NFE, first seed) every this many steps;
     # 0: off. A divisor of train.steps, so that the curve's last point is the final model
-    curve_every: int = 200
-    # Fig. 3's claim: the first curve step at which each model reaches these test accuracies (fractions)
-    reach: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3])
+    curve_every: int = 100
+    # Fig. 3's claim: the first curve step at which each model reaches a test accuracy. reach: accuracies as given
+    # (fractions); reach_of_peak: fractions of the lowest peak of the runs' curves, so that the thresholds follow
+    # the students' own range (every run reaches them) whatever the budget (elfreg.demo.report.reach_thresholds)
+    reach: list[float] = field(default_factory=list)
+    reach_of_peak: list[float] = field(default_factory=lambda: [0.5, 0.75, 0.9])
 
     def __post_init__(self) -> None:
         check(self.curve_every >= 0, "eval.curve_every", "must be >= 0 (0 turns the accuracy curve off)")
         check(all(0 < a <= 1 for a in self.reach), "eval.reach", f"accuracies must lie in (0, 1], got {self.reach}")
+        check(all(0 < f <= 1 for f in self.reach_of_peak), "eval.reach_of_peak",
+              f"fractions must lie in (0, 1], got {self.reach_of_peak}")
         for s in self.samplers:
             check(s in SAMPLERS, "eval.samplers", f"unknown sampler {s!r}; choose from {SAMPLERS}")
         check(len(self.seeds) >= 1, "eval.seeds", "need at least one seed")
@@ -133,15 +150,20 @@ class DemoConfig:
     train: DemoTrain = field(default_factory=DemoTrain)
     eval: DemoEval = field(default_factory=DemoEval)
     threads: int = 2
-    # Training runs side by side (threads of one process), each with threads / lanes intra-op threads. A run's
-    # numbers depend on its own thread count only, not on the lanes (tests/demo/test_lanes.py); measured on 2
-    # cores: two 1-thread lanes train 1.2-1.6x more steps per second than one 2-thread run.
+    # Training and evaluation runs side by side, each with threads / lanes intra-op threads. A run's numbers depend
+    # on its own thread count only, not on the lanes or their mode (tests/demo/test_run.py). lane_mode "processes":
+    # worker processes (elfreg.demo.lanes); "threads": threads of this process, whose Python parts wait on each
+    # other (the GIL). Measured on 2 cores (benchmarks/bench_demo_step.py --lanes), against one 2-thread run: two
+    # 1-thread processes train 1.33-1.53x more steps per second, two threads 1.25-1.31x.
     lanes: int = 2
+    lane_mode: str = "processes"
 
     def __post_init__(self) -> None:
         check(self.threads >= 1, "threads", f"must be >= 1, got {self.threads}")
         check(self.lanes >= 1 and self.threads % self.lanes == 0, "lanes",
               f"must be >= 1 and divide threads ({self.threads}), got {self.lanes}")
+        check(self.lane_mode in ("processes", "threads"), "lane_mode",
+              f"unknown {self.lane_mode!r}; choose processes or threads")
 
 
 QUICK = {  # seconds to a minute: every stage end to end, no claim about accuracy
@@ -150,3 +172,7 @@ QUICK = {  # seconds to a minute: every stage end to end, no claim about accurac
     "train": {"steps": 6, "batch_size": 16, "warmup_steps": 2, "log_every": 2, "save_every": 3, "seeds": [0, 1]},
     "eval": {"nfes": [2, 4], "seeds": [0, 1], "batch_size": 8, "main_nfe": 4, "curve_every": 3},
 }
+
+
+# Named settings for `elfreg demo --preset NAME` (``--quick`` is "quick"), applied before key=value overrides.
+PRESETS: dict[str, dict] = {"quick": QUICK}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from elfreg.atomic import atomic_write_text
@@ -40,6 +41,22 @@ def _var(xs: list[float]) -> float:
     return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
 
 
+def _paired_parts(a: dict, b: dict) -> tuple[float, int, float] | None:
+    """(v_seed, S, v_problem) with se^2 = v_seed / S + v_problem (``_paired_se``), or None without per-problem
+    results; v_seed is var_s(mean_i d[s][i]) (0 with one training seed), v_problem var_i(mean_s d[s][i]) / n."""
+    ga, gb = _by_train_seed(a), _by_train_seed(b)
+    if ga is None or gb is None or set(ga) != set(gb):
+        return None
+    seeds = sorted(ga)
+    n = {len(v) for v in list(ga.values()) + list(gb.values())}
+    if len(n) != 1 or n.pop() < 2:
+        return None
+    d = [[yb - ya for ya, yb in zip(ga[s], gb[s])] for s in seeds]
+    per_problem = [sum(col) / len(seeds) for col in zip(*d)]
+    v_seed = _var([sum(r) / len(r) for r in d]) if len(seeds) >= 2 else 0.0
+    return v_seed, len(seeds), _var(per_problem) / len(per_problem)
+
+
 def _paired_se(a: dict, b: dict) -> float | None:
     """Standard error of b's mean minus a's, paired over training seeds and test problems; None without
     per-problem results.
@@ -51,48 +68,89 @@ def _paired_se(a: dict, b: dict) -> float | None:
     seeds x problems design: se^2 = var_s(mean_i d[s][i]) / S + var_i(mean_s d[s][i]) / n (which slightly
     over-counts the seed x problem interaction, so it errs on the side of "inconclusive").
     """
-    ga, gb = _by_train_seed(a), _by_train_seed(b)
-    if ga is None or gb is None or set(ga) != set(gb):
+    parts = _paired_parts(a, b)
+    if parts is None:
         return None
-    seeds = sorted(ga)
-    n = {len(v) for v in list(ga.values()) + list(gb.values())}
-    if len(n) != 1 or n.pop() < 2:
-        return None
-    d = [[yb - ya for ya, yb in zip(ga[s], gb[s])] for s in seeds]
-    per_problem = [sum(col) / len(seeds) for col in zip(*d)]
-    var = _var(per_problem) / len(per_problem)
-    if len(seeds) >= 2:
-        var += _var([sum(r) / len(r) for r in d]) / len(seeds)
-    return math.sqrt(var)
+    v_seed, n_seeds, v_problem = parts
+    return math.sqrt(v_seed / n_seeds + v_problem)
 
 
-def _compare(a: dict | None, b: dict | None, sign: int = 1, n_problems: int | None = None) -> tuple[str, str]:
-    """Outcome of "b is above a" (sign=1) or "below a" (sign=-1) and its evidence.
+def seeds_to_decide(diff: float, v_seed: float, v_problem: float, factor: float = 2.0) -> int | None:
+    """The fewest training seeds S' for which ``factor`` se(S') < |diff|, se(S')^2 = v_seed / S' + v_problem.
+
+    The problem term is kept as it is (conservative: more seeds average out its sampling part, not the problems'
+    own differences), so only the seed term shrinks. None when no number of training seeds gets there: no effect,
+    or the problem term alone is too wide (more test problems would be needed: task.n_test).
+    """
+    room = (diff / factor) ** 2 - v_problem
+    if diff == 0 or room <= 0:
+        return None
+    n = max(2, math.floor(v_seed / room))  # then checked with the claims' own rule: decided when margin < |diff|
+    while factor * math.sqrt(v_seed / n + v_problem) >= abs(diff):
+        n += 1
+    return n
+
+
+@dataclass
+class Claim:
+    """One paper claim checked at this scale: outcome, evidence, and for an inconclusive one how many training
+    seeds would decide it at the measured effect (None: none would, see ``note``)."""
+
+    text: str
+    outcome: str
+    evidence: str
+    seeds_needed: int | None = None
+    note: str = ""
+
+    def __iter__(self):  # (claim, outcome, evidence), as the report's table rows
+        return iter((self.text, self.outcome, self.evidence))
+
+
+def _compare(a: dict | None, b: dict | None, sign: int = 1, n_problems: int | None = None
+             ) -> tuple[str, str, int | None, str]:
+    """Outcome of "b is above a" (sign=1) or "below a" (sign=-1), its evidence, and for an inconclusive outcome the
+    training seeds that would decide it at the measured effect (``seeds_to_decide``) or why none would.
 
     "held" or "did not hold" only when the difference of the means exceeds twice its standard error. With
     per-problem results (``correct``) the error is paired over the problems (``_paired_se``); without them it is
     the spread over seeds of both cells (std / sqrt(seeds)) plus, given ``n_problems``, the binomial error of a
     test set that small. Anything closer, ties included, is "inconclusive": at the demo's size most differences are.
+    The evidence gives the effect with its interval (difference +- 2 s.e.).
     """
     if a is None or b is None:
-        return "not measured", "not measured"
+        return "not measured", "not measured", None, ""
     diff = b["mean"] - a["mean"]
-    se = _paired_se(a, b)
-    if se is None:
+    parts = _paired_parts(a, b)
+    if parts is not None:
+        se = math.sqrt(parts[0] / parts[1] + parts[2])
+    else:
         var = sum(c["std"] ** 2 / max(len(c.get("acc", ())), 1) for c in (a, b))
         if n_problems:
             var += sum(c["mean"] * (1 - c["mean"]) for c in (a, b)) / n_problems
         se = math.sqrt(var)
     margin = 2 * se
+    needed, note = None, ""
     if abs(diff) <= max(margin, 1e-9):
         outcome = "inconclusive"
+        if parts is None:
+            note = "no per-problem results to size it"
+        elif parts[1] < 2:
+            note = "one training seed: the seed spread is unknown"
+        else:
+            needed = seeds_to_decide(diff, parts[0], parts[2])
+            if needed is None:
+                note = ("no effect measured" if abs(diff) < 1e-12 else
+                        "the test problems alone leave a wider interval: more test problems (task.n_test) would "
+                        "be needed")
     else:
         outcome = "held" if sign * diff > 0 else "did not hold"
-    return outcome, f"{100 * b['mean']:.1f} vs {100 * a['mean']:.1f} ({100 * diff:+.1f} points, 2 s.e. {100 * margin:.1f})"
+    evidence = (f"{100 * b['mean']:.1f} vs {100 * a['mean']:.1f} ({100 * diff:+.1f} points, 2 s.e. {100 * margin:.1f}; "
+                f"interval [{100 * (diff - margin):+.1f}, {100 * (diff + margin):+.1f}])")
+    return outcome, evidence, needed, note
 
 
-def claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
-    """(claim, held / did not hold / inconclusive / not measured, evidence) for the paper's claims at this scale."""
+def claims(results: dict, cfg: DemoConfig) -> list[Claim]:
+    """The paper's claims at this scale: held / did not hold / inconclusive / not measured, with their evidence."""
     ev = cfg.eval
     n, lo, hi = ev.main_nfe, min(ev.nfes), max(ev.nfes)
     n_problems = results.get("task", {}).get("test")
@@ -100,7 +158,7 @@ def claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
 
     def add(text: str, a: tuple[str, str, int], b: tuple[str, str, int], sign: int = 1) -> None:
         """Claim ``text``: cell b = (variant, sampler, NFE) above (sign=1) or below (sign=-1) cell a."""
-        rows.append((text, *_compare(_cell(results, *a), _cell(results, *b), sign, n_problems)))
+        rows.append(Claim(text, *_compare(_cell(results, *a), _cell(results, *b), sign, n_problems)))
 
     add(f"ELF-REG beats ELF (early-stop, {n} NFE)", ("ELF", "early-stop", n), ("ELF-REG", "early-stop", n))
     for v in ("ELF", "ELF-REG"):
@@ -116,8 +174,29 @@ def reach_step(curve: list[dict], threshold: float) -> int | None:
     return next((pt["step"] for pt in curve if pt["acc"] >= threshold - 1e-12), None)
 
 
-def reach_claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
-    """Fig. 3 at this scale: "ELF-REG reaches accuracy X in fewer steps than ELF", one claim per threshold.
+def reach_thresholds(runs: dict[str, dict[int, list[dict]]], cfg: DemoConfig) -> list[tuple[float, str]]:
+    """(accuracy, how it was chosen) of each Fig. 3 threshold: ``eval.reach`` as given, then each fraction of
+    ``eval.reach_of_peak`` times the lowest peak of the runs' curves (every run reaches those: the thresholds follow
+    the students' own range, and the lowest peak is symmetric in the two models, so neither is favoured)."""
+    low = min(max(pt["acc"] for pt in c) for v in runs.values() for c in v.values())
+    return [(x, "") for x in cfg.eval.reach] + [(f * low, f" ({100 * f:.0f} % of the lowest peak, {100 * low:.1f} %)")
+                                                for f in cfg.eval.reach_of_peak]
+
+
+def reach_seeds_to_decide(mean: float, var_d: float, c: int, limit: int = 1000) -> int | None:
+    """The fewest training seeds S' >= 2 whose Student-t margin t(0.975, S' - 1) sqrt((var(d) + c^2 / 6) / S') is
+    below |mean| (``reach_claims``' rule at the measured lead and spread), or None (no lead, or beyond ``limit``)."""
+    from scipy.stats import t as student_t
+
+    if mean == 0:
+        return None
+    return next((n for n in range(2, limit + 1)
+                 if student_t.ppf(0.975, n - 1) * math.sqrt((var_d + c * c / 6) / n) < abs(mean)), None)
+
+
+def reach_claims(results: dict, cfg: DemoConfig) -> list[Claim]:
+    """Fig. 3 at this scale: "ELF-REG reaches accuracy X in fewer steps than ELF", one claim per threshold
+    (``reach_thresholds``).
 
     Per training seed s, the first curve step each model reaches X (a run that never does counts as one curve
     interval past its last point: a lower bound). The S paired differences d = ELF - ELF-REG over training seeds
@@ -134,11 +213,16 @@ def reach_claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
     runs = {v: {r["seed"]: r.get("curve") or [] for r in results["models"].get(v, {}).get("runs", [])}
             for v in ("ELF", "ELF-REG")}
     seeds = sorted(set(runs["ELF"]) & set(runs["ELF-REG"]))
+    if not seeds or not all(runs[v][s] for v in runs for s in seeds):
+        texts = [f"{100 * x:.0f} % test accuracy" for x in cfg.eval.reach]
+        texts += [f"{100 * f:.0f} % of the lowest peak accuracy" for f in cfg.eval.reach_of_peak]
+        return [Claim(f"ELF-REG reaches {t} in fewer steps than ELF (Fig. 3)", "not measured", "no accuracy curves")
+                for t in texts]
     rows = []
-    for x in cfg.eval.reach:
-        text = f"ELF-REG reaches {100 * x:.0f} % test accuracy in fewer steps than ELF (Fig. 3)"
-        if not seeds or not all(runs[v][s] for v in runs for s in seeds):
-            rows.append((text, "not measured", "no accuracy curves"))
+    for x, how in reach_thresholds({v: {s: runs[v][s] for s in seeds} for v in runs}, cfg):
+        text = f"ELF-REG reaches {100 * x:.0f} % test accuracy{how} in fewer steps than ELF (Fig. 3)"
+        if x <= 0:
+            rows.append(Claim(text, "not measured", "a run's curve never rose above 0 %: no threshold to reach"))
             continue
         steps, censored = {}, {}
         for v in runs:
@@ -162,8 +246,18 @@ def reach_claims(results: dict, cfg: DemoConfig) -> list[tuple[str, str, str]]:
             return ", ".join(f"{st}" if st <= runs[v][s][-1]["step"] else f">{runs[v][s][-1]['step']}"
                              for st, s in zip(steps[v], seeds))
         margin = "n/a (one training seed)" if se is None else f"{q * se:.0f} = t(0.975, {n - 1}) {q:.2f} x s.e. {se:.0f}"
-        rows.append((text, outcome, f"steps per training seed {seeds}: ELF-REG {fmt('ELF-REG')}; ELF {fmt('ELF')} "
-                                    f"(ELF - ELF-REG {mean:+.0f} steps, margin {margin})"))
+        needed, note = None, ""
+        if outcome == "inconclusive":
+            if n < 2:
+                note = "one training seed: the seed spread is unknown"
+            else:
+                needed = reach_seeds_to_decide(mean, _var(d), c)
+                if needed is None:
+                    note = "no lead measured" if mean == 0 else "more than 1,000 training seeds at this lead"
+            if censored["ELF-REG" if mean > 0 else "ELF"]:
+                note = (note + "; " if note else "") + "some runs never reached it: longer runs too (train.steps)"
+        rows.append(Claim(text, outcome, f"steps per training seed {seeds}: ELF-REG {fmt('ELF-REG')}; ELF {fmt('ELF')} "
+                                         f"(ELF - ELF-REG {mean:+.0f} steps, margin {margin})", needed, note))
     return rows
 
 
@@ -174,7 +268,7 @@ def adaptive_section(results: dict, cfg: DemoConfig) -> list[str]:
     ev = cfg.eval
     if not ev.adaptive_nfes:
         return []
-    lines = ["", "## Adaptive exit (answer stability)", "",
+    lines = ["## Adaptive exit (answer stability)", "",
              (f"Prefix early-stop on the master grid of rho x max NFE points that stops each sample once its final "
               f"answer (the '#### X' line) has repeated at {DEFAULT_EXIT['patience']} consecutive checks, one check "
               f"(a decoder call, counted as 1 NFE) every {DEFAULT_EXIT['check_every']} denoiser calls, after at least "
@@ -192,7 +286,7 @@ def adaptive_section(results: dict, cfg: DemoConfig) -> list[str]:
             spent = sum(a["nfe_mean"]) / len(a["nfe_mean"])
             evidence = _compare(fixed, a, 1, n_problems)[1] if fixed else "early-stop not measured at this NFE"
             lines.append(f"| {v} | {n} | {spent:.2f} | {_fmt(a)} | {_fmt(fixed)} | {evidence} |")
-    return lines
+    return lines + [""]
 
 
 def task_description(cfg: DemoConfig) -> str:
@@ -203,69 +297,173 @@ def task_description(cfg: DemoConfig) -> str:
     return (f"pointer chasing ({t.hops} hops, {t.distractors} distractor chain(s) of {t.distractor_hops} hops)")
 
 
-def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
-    """report.md, accuracy_vs_nfe.png and learning_curves.png in ``out``."""
-    ev = cfg.eval
-    lines = ["# elfreg demo report", "",
-             f"Task: {task_description(cfg)}; {results['task']['train']} training and {results['task']['test']} "
-             f"test problems. Frozen encoder/teacher: SmolLM2-135M-Instruct (encoder layer "
-             f"{cfg.backbones.encoder_layer}, teacher layers {cfg.backbones.teacher_repa_layer}/"
-             f"{cfg.backbones.teacher_reg_layer}). Student {cfg.student.depth} x {cfg.student.width}; "
-             f"{cfg.train.steps} steps of batch {cfg.train.batch_size} for each model and each training seed "
-             f"{cfg.train.seeds} (same seeds for both models: initialisation, data order and draws).", "",
-             f"Exact-match accuracy (%) of the final answer, mean ± std over training seeds {cfg.train.seeds} x "
-             f"sampling seeds {ev.seeds}, w = {ev.w}, "
-             f"rho = {ev.rho}. Example: `{results['task']['example']['prompt']}` → "
-             f"`{results['task']['example']['response']!r}`.", ""]
-    for sampler in ev.samplers:
+def _header(results: dict, cfg: DemoConfig) -> list[str]:
+    ev, t = cfg.eval, cfg.train
+    schedule = t.lr_schedule if t.lr_schedule == "constant" else (
+        f"{t.lr_schedule} decay to {t.min_lr_ratio:g} lr over the last {100 * t.decay_fraction:.0f} % of the steps")
+    return ["# elfreg demo report", "",
+            f"Task: {task_description(cfg)}; {results['task']['train']} training and {results['task']['test']} "
+            f"test problems. Frozen encoder/teacher: SmolLM2-135M-Instruct (encoder layer "
+            f"{cfg.backbones.encoder_layer}, teacher layers {cfg.backbones.teacher_repa_layer}/"
+            f"{cfg.backbones.teacher_reg_layer}). Student {cfg.student.depth} x {cfg.student.width}; "
+            f"{t.steps} steps of batch {t.batch_size} for each model and each training seed {t.seeds} (same seeds "
+            f"for both models: initialisation, data order and draws); {t.optimizer}, lr {t.lr:g} after "
+            f"{t.warmup_steps} warm-up steps, then {schedule}; EMA {t.ema_decay:g}.", "",
+            f"Exact-match accuracy (%) of the final answer, mean ± std over training seeds {t.seeds} x "
+            f"sampling seeds {ev.seeds}, w = {ev.w}, rho = {ev.rho}. Example: "
+            f"`{results['task']['example']['prompt']}` → `{results['task']['example']['response']!r}`.", ""]
+
+
+def _accuracy_tables(results: dict, cfg: DemoConfig) -> list[str]:
+    lines = []
+    for sampler in cfg.eval.samplers:
         lines += [f"## {sampler}", "", "| NFE | " + " | ".join(results["models"]) + " |",
                   "|---|" + "---|" * len(results["models"])]
-        for n in ev.nfes:
+        for n in cfg.eval.nfes:
             lines.append(f"| {n} | " + " | ".join(_fmt(_cell(results, v, sampler, n)) for v in results["models"]) + " |")
         lines.append("")
-    lines += ["## ELF vs ELF-REG at the main setting", "",
-              f"| model | early-stop {ev.main_nfe} NFE | worked solution fully right | mean exit time |", "|---|---|---|---|"]
+    return lines
+
+
+def _main_setting(results: dict, cfg: DemoConfig) -> list[str]:
+    n = cfg.eval.main_nfe
+    lines = ["## ELF vs ELF-REG at the main setting", "",
+             f"| model | early-stop {n} NFE | worked solution fully right | mean exit time |", "|---|---|---|---|"]
     for v in results["models"]:
-        c = _cell(results, v, "early-stop", ev.main_nfe)
+        c = _cell(results, v, "early-stop", n)
         if c:
             lines.append(f"| {v} | {_fmt(c)} | {100 * sum(c['chain_acc']) / len(c['chain_acc']):.1f} | "
                          f"{sum(c['exit_time']) / len(c['exit_time']):.3f} |")
+    return lines + [""]
+
+
+def _curves(results: dict, cfg: DemoConfig) -> list[str]:
     runs = {v: m.get("runs") or [] for v, m in results["models"].items()}
     steps = sorted({pt["step"] for rs in runs.values() for r in rs for pt in r.get("curve") or []})
-    if steps:
-        lines += ["", f"## Test accuracy during training (EMA weights, early-stop {ev.main_nfe} NFE, sampling seed "
-                      f"{ev.seeds[0]}; per training seed)", "",
-                  "| step | " + " | ".join(f"{v} seed {r['seed']}" for v, rs in runs.items() for r in rs) + " |",
-                  "|---|" + "---|" * sum(len(rs) for rs in runs.values())]
-        for st in steps:
-            row = [next((f"{100 * pt['acc']:.1f}" for pt in r.get("curve") or [] if pt["step"] == st), "–")
-                   for rs in runs.values() for r in rs]
-            lines.append(f"| {st} | " + " | ".join(row) + " |")
-    lines += adaptive_section(results, cfg)
-    lines += ["", "## The paper's claims at this scale", "",
-              ("A claim held or did not hold only where the difference exceeds twice its standard error, paired over "
-               "the training seeds (seed s of one model against seed s of the other) and the test problems (each "
-               "problem's correctness averaged over the sampling seeds), so training noise, sampling noise and the "
-               "draw of problems all count; otherwise it is inconclusive at this size. The Fig. 3 claims compare "
-               "the first curve step at which each model reaches an accuracy, paired over the training seeds, "
-               "whose count is the only replication there: their margin is a Student-t interval on (seeds - 1) "
-               "degrees of freedom (with 2 seeds only a large lead decides), and a step is known only to the "
-               "curve's interval, which the standard error counts too."), "",
-              "| claim | outcome | evidence |", "|---|---|---|"]
-    lines += [f"| {c} | **{o}** | {e} |" for c, o, e in claims(results, cfg)]
-    ph = results["phases_seconds"]
-    lines += ["", "## Time", "", "| phase | seconds |", "|---|---|"]
-    for k, v in ph.items():
+    if not steps:
+        return []
+    lines = [f"## Test accuracy during training (EMA weights, early-stop {cfg.eval.main_nfe} NFE, sampling seed "
+             f"{cfg.eval.seeds[0]}; per training seed)", "",
+             "| step | " + " | ".join(f"{v} seed {r['seed']}" for v, rs in runs.items() for r in rs) + " |",
+             "|---|" + "---|" * sum(len(rs) for rs in runs.values())]
+    for st in steps:
+        row = [next((f"{100 * pt['acc']:.1f}" for pt in r.get("curve") or [] if pt["step"] == st), "–")
+               for rs in runs.values() for r in rs]
+        lines.append(f"| {st} | " + " | ".join(row) + " |")
+    return lines + [""]
+
+
+def changed_settings(cfg: DemoConfig) -> list[str]:
+    """The run's settings that differ from ``elfreg demo``'s defaults, as ``key=value`` overrides."""
+    from elfreg.configtools import to_dict
+    from elfreg.demo.config import DemoConfig as Defaults
+
+    out = []
+
+    def walk(a: dict, b: dict, prefix: str) -> None:
+        for k, v in a.items():
+            if isinstance(v, dict):
+                walk(v, b.get(k, {}), f"{prefix}{k}.")
+            elif v != b.get(k):
+                out.append(f"{prefix}{k}={json.dumps(v, separators=(',', ':'))}")
+    walk(to_dict(cfg), to_dict(Defaults()), "")
+    return out
+
+
+def decide_command(cfg: DemoConfig, seeds: int) -> str:
+    """The ``elfreg demo`` command that reruns this run's settings with training seeds 0 .. seeds - 1."""
+    keep = [o for o in changed_settings(cfg) if not o.startswith("train.seeds=")]
+    return " ".join(["elfreg demo", *keep, f"train.seeds=[{','.join(str(s) for s in range(seeds))}]"])
+
+
+def _minutes(results: dict, cfg: DemoConfig, seeds: int) -> str:
+    """This run's time with ``seeds`` training seeds: training and evaluation scale with the seeds, the rest not."""
+    ph = results.get("phases_seconds", {})
+    if "total" not in ph:
+        return "—"
+    per_seed = ph.get("train", 0.0) + ph.get("evaluate", 0.0)
+    total = ph["total"] + per_seed * (seeds / len(cfg.train.seeds) - 1)
+    return f"~{total / 60:.0f} min"
+
+
+def _claims_section(results: dict, cfg: DemoConfig) -> list[str]:
+    rows = claims(results, cfg)
+    lines = ["## The paper's claims at this scale", "",
+             ("A claim held or did not hold only where the difference exceeds twice its standard error, paired over "
+              "the training seeds (seed s of one model against seed s of the other) and the test problems (each "
+              "problem's correctness averaged over the sampling seeds), so training noise, sampling noise and the "
+              "draw of problems all count; otherwise it is inconclusive at this size. The Fig. 3 claims compare "
+              "the first curve step at which each model reaches an accuracy, paired over the training seeds, "
+              "whose count is the only replication there: their margin is a Student-t interval on (seeds - 1) "
+              "degrees of freedom (with 2 seeds only a large lead decides), and a step is known only to the "
+              "curve's interval, which the standard error counts too."), "",
+             "| claim | outcome | evidence |", "|---|---|---|"]
+    lines += [f"| {c.text} | **{c.outcome}** | {c.evidence} |" for c in rows]
+    open_rows = [c for c in rows if c.outcome == "inconclusive"]
+    if open_rows:
+        lines += ["", "### How many training seeds would decide the inconclusive claims", "",
+                  ("If the effect measured here is the true one, this many training seeds would put it outside its "
+                   "margin (for the accuracy claims only the seed part of the error shrinks with more seeds, the "
+                   "test problems' part is kept as measured, so the count errs high); each command reruns this "
+                   "demo's settings with those seeds."), "",
+                  "| claim | training seeds | command | its time here (estimate) |", "|---|---|---|---|"]
+        for c in open_rows:
+            if c.seeds_needed is None:
+                lines.append(f"| {c.text} | none: {c.note} | — | — |")
+            else:
+                extra = f" ({c.note})" if c.note else ""
+                lines.append(f"| {c.text} | {c.seeds_needed}{extra} | `{decide_command(cfg, c.seeds_needed)}` | "
+                             f"{_minutes(results, cfg, c.seeds_needed)} |")
+    return lines + [""]
+
+
+def _reproducibility(results: dict, cfg: DemoConfig) -> list[str]:
+    m = results.get("machine")
+    if not m:
+        return []
+    lines = ["## Reproducibility", "",
+             ("Every number here comes back bit for bit on the same machine type (CPU model and vector extensions), "
+              "the same torch build and the same thread counts, whatever the machine's load and however many runs "
+              "train side by side (each run's numbers depend only on its own thread count). Another CPU, torch "
+              "build or thread count picks other kernels and reduction orders: its numbers differ, within the spread "
+              "over training seeds above."), "",
+             "| | |", "|---|---|",
+             f"| CPU | {m['cpu']} ({m['cpu_count']} logical cores) |",
+             f"| vector extensions | {' '.join(m['vector_extensions']) or 'unknown'} |",
+             f"| torch | {m['torch']} (git {str(m.get('torch_git'))[:10]}), CPU kernels {m['torch_cpu_capability']}, "
+             f"BLAS {m['torch_blas']}, oneDNN {'yes' if m['mkldnn'] else 'no'} |",
+             f"| threads | {m['threads']} in all; {m['lanes']} run(s) side by side with {m['threads_per_run']} intra-op "
+             f"thread(s) each (training and evaluation); {m['interop_threads']} inter-op |",
+             f"| Python, OS | {m['python']}, {m['os']} |"]
+    if m.get("env"):
+        lines.append(f"| environment | {' '.join(f'{k}={v}' for k, v in m['env'].items())} |")
+    return lines + [""]
+
+
+def _time(results: dict, cfg: DemoConfig) -> list[str]:
+    lines = ["## Time", "", "| phase | seconds |", "|---|---|"]
+    for k, v in results["phases_seconds"].items():
         lines.append(f"| {k} | {v:.1f} |")
         if k == "train":  # runs side by side: each run's own wall time
             lines += [f"| · {var} seed {r['seed']} | {r['train_seconds']:.1f} |"
                       for var, m in results["models"].items() for r in m["runs"]]
     lanes = results.get("lanes", 1)
-    lines += ["", f"Threads: {results['threads']}"
-              + (f", training {lanes} runs side by side with {results['threads'] // lanes} each" if lanes > 1 else "")
-              + ". Plots: `accuracy_vs_nfe.png`, `learning_curves.png` (every "
-              "training seed); raw numbers: `results.json`; settings: `demo_config.yaml`; models: "
-              "`ELF/seed-<s>/model`, `ELF-REG/seed-<s>/model`.", ""]
+    return lines + ["", f"Threads: {results['threads']}"
+                    + (f", training {lanes} runs side by side with {results['threads'] // lanes} each" if lanes > 1
+                       else "")
+                    + ". Plots: `accuracy_vs_nfe.png`, `learning_curves.png` (every training seed); raw numbers: "
+                    "`results.json`; settings: `demo_config.yaml`; models: `ELF/seed-<s>/model`, "
+                    "`ELF-REG/seed-<s>/model`.", ""]
+
+
+# The report's sections in order, each (results, cfg) -> markdown lines; a new section is one function here.
+SECTIONS = [_header, _accuracy_tables, _main_setting, _curves, adaptive_section, _claims_section, _reproducibility,
+            _time]
+
+
+def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
+    """report.md (``SECTIONS``), accuracy_vs_nfe.png and learning_curves.png in ``out``."""
+    lines = [line for section in SECTIONS for line in section(results, cfg)]
     atomic_write_text(out / "report.md", "\n".join(lines))
     _plots(results, cfg, out)
 

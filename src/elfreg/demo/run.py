@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import logging
 import os
@@ -31,6 +32,8 @@ from elfreg.data.templates import apply_template
 from elfreg.demo import arith
 from elfreg.demo import task as chain
 from elfreg.demo.config import DemoConfig
+from elfreg.demo.lanes import LanePool, evaluate_job, train_job
+from elfreg.demo.machine import machine_info
 from elfreg.hub import ElfModel
 from elfreg.sampling.answers import extractor, text_answers
 from elfreg.sampling.config import SamplerConfig
@@ -87,11 +90,10 @@ def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: li
     model = ModelConfig(**dims, width=s.width, depth=s.depth, heads=s.heads, bottleneck_dim=s.bottleneck_dim,
                         max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, extra_token="reg" if reg else "none",
                         repa=reg, repa_block=s.repa_block, repa_hidden=s.repa_hidden, head_token_ids=head_ids)
-    train_cfg = TrainConfig(seed=t.seeds[0] if seed is None else seed, steps=t.steps, batch_size=t.batch_size, lr=t.lr, warmup_steps=t.warmup_steps,
-                            ema_decay=t.ema_decay, optimizer=t.optimizer, precision=t.precision,
-                            log_every=t.log_every,
-                            save_every=t.save_every, keep_last=1, stats_canvases=min(1024, cfg.task.n_train),
-                            match_backbones=False, device="cpu", progress=progress)
+    same = {k: v for k, v in dataclasses.asdict(t).items() if k != "seeds"}  # DemoTrain's fields are TrainConfig's
+    train_cfg = TrainConfig(**same, seed=t.seeds[0] if seed is None else seed, keep_last=1,
+                            stats_canvases=min(1024, cfg.task.n_train), match_backbones=False, device="cpu",
+                            progress=progress)
     return RunConfig(model=model, objective=ObjectiveConfig(use_repa=reg, use_reg=reg), backbones=bcfg,
                      train=train_cfg, data=DataConfig(task="math", features="cached"),
                      canvas=CanvasSection(overflow="error"))
@@ -343,27 +345,32 @@ def backbone_config(cfg: DemoConfig) -> BackboneConfig:
                           teacher_reg_layer=b.teacher_reg_layer, dtype=b.dtype)
 
 
-def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
-    """Run the whole demo into ``out``; returns the results dict (also written as results.json)."""
-    from tqdm.auto import tqdm
+@dataclasses.dataclass
+class DemoData:
+    """What every training run of a demo shares, built once: the task's problems and rows, the backbones, the cached
+    training features and the student's widths."""
 
-    from elfreg.demo.report import write_report
+    train_problems: list
+    test_problems: list
+    train_rows: list[dict]
+    test_rows: list[dict]
+    bcfg: BackboneConfig
+    backbones: Backbones
+    features: CachedFeatures
+    head_ids: list[int] | None
+    dims: dict[str, int]
 
-    start = time.perf_counter()
-    torch.set_num_threads(cfg.threads)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    dump_yaml(cfg, out / "demo_config.yaml")
-    phases: dict[str, float] = {}
 
+def prepare(cfg: DemoConfig, cache_dir: str | Path | None = None, progress: bool = True,
+            phases: dict[str, float] | None = None) -> DemoData:
+    """The task's splits, SmolLM2 as frozen encoder and teacher, and the cached training features (built on first
+    use); the seconds of the backbones and features phases go to ``phases``."""
+    phases = {} if phases is None else phases
     t = time.perf_counter()
     task, tcfg = task_module(cfg), task_config(cfg)
     train_p = task.make_split(cfg.task.n_train, cfg.task.seed, "train", tcfg)
     test_p = task.make_split(cfg.task.n_test, cfg.task.seed, "test", tcfg)
     train_rows, test_rows = task_rows(train_p, task), task_rows(test_p, task)
-    atomic_write_text(out / "test.jsonl", "".join(json.dumps({"id": f"{cfg.task.kind}/{i}", "question": r["prompt"],
-                                                              "answer": r["answer"]}) + "\n"
-                                                  for i, r in enumerate(test_rows)))
     bcfg = backbone_config(cfg)
     log.info("loading SmolLM2-135M-Instruct (GGUF, dequantised) as frozen encoder and teacher")
     backbones = Backbones(bcfg)
@@ -377,52 +384,119 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     head_ids = head_token_ids(backbones.tokenizer, train_rows + test_rows) if cfg.student.restrict_head else None
     dims = dict(feature_dim=backbones.feature_dim, reg_dim=backbones.teacher_dim, teacher_dim=backbones.teacher_dim,
                 vocab_size=len(backbones.tokenizer))
+    return DemoData(train_p, test_p, train_rows, test_rows, bcfg, backbones, features, head_ids, dims)
 
-    results: dict = {"task": {"train": len(train_p), "test": len(test_p), "example": train_rows[0]},
-                     "head_token_ids": head_ids, "train_seeds": list(cfg.train.seeds), "lanes": cfg.lanes,
-                     "models": {v: {"steps": cfg.train.steps, "runs": []} for v in VARIANTS}}
+
+def train_run(data: DemoData, cfg: DemoConfig, variant: str, seed: int, run_dir: Path, stop, shared: threading.Lock,
+              progress: bool = True, on_steps: Callable[[int], None] | None = None) -> dict:
+    """Train (or resume) one run of ``variant`` with training seed ``seed`` in ``run_dir``, measuring its accuracy
+    curve; ``stop`` (an Event) ends it after the current step (another lane failed); ``shared`` guards model
+    construction (its init draws from the global RNG) and the curve's measurements (the tokenizer is not
+    thread-safe); ``on_steps(n)``: told of the steps done, every 10 and at the end (a progress bar elsewhere)."""
+    t = time.perf_counter()
+    with shared:
+        trainer = Trainer(run_config(cfg, variant, data.bcfg, data.head_ids, data.dims, progress, seed=seed), run_dir,
+                          backbones=data.backbones, dataset=data.features)
+    trainer.progress_desc = f"train {variant} seed {seed}"
+    curve = AccuracyCurve(trainer, data.test_problems, data.test_rows, cfg, run_dir / "accuracy_curve.jsonl", shared)
+    trainer.hooks += [curve, stop_hook(stop)]
+    if on_steps is not None:
+        told = [int(trainer.state["step"])]
+        on_steps(told[0])  # a resumed run's steps count as done
+
+        def tell(step: int) -> None:
+            if step % 10 == 0 or step == trainer.total_steps:
+                on_steps(step - told[0])
+                told[0] = step
+        trainer.hooks.append(tell)
+    res = trainer.run()
+    return {"seed": seed, "model_dir": str(res.model_dir), "steps": res.step,
+            "train_seconds": time.perf_counter() - t, "curve": curve.points}
+
+
+def train_all(data: DemoData, cfg: DemoConfig, jobs: list[tuple[str, int]], out: Path, pool: LanePool | None,
+              progress: bool) -> list[dict]:
+    """Every training run of ``jobs`` (variant, seed), ``cfg.lanes`` at a time: in ``pool``'s worker processes, or
+    as threads of this process (lane_mode threads, or one lane); results in the jobs' order."""
+    from tqdm.auto import tqdm
+
+    if pool is not None:
+        with tqdm(total=len(jobs) * cfg.train.steps, desc="train", disable=not progress) as bar:
+            return pool.map(train_job, [(job, str(out)) for job in jobs], bar)
     lane_threads = cfg.threads // cfg.lanes
     shared = threading.Lock()  # model init draws from the global RNG; the tokenizer is not thread-safe
 
     def train_one(job: tuple[str, int], stop: threading.Event) -> dict:
         variant, seed = job
         torch.set_num_threads(lane_threads)  # per thread under OpenMP: set in the lane itself
-        t = time.perf_counter()
-        run_dir = out / variant / f"seed-{seed}"
-        with shared:
-            trainer = Trainer(run_config(cfg, variant, bcfg, head_ids, dims, progress, seed=seed), run_dir,
-                              backbones=backbones, dataset=features)
-        trainer.progress_desc = f"train {variant} seed {seed}"
-        curve = AccuracyCurve(trainer, test_p, test_rows, cfg, run_dir / "accuracy_curve.jsonl", shared)
-        trainer.hooks += [curve, stop_hook(stop)]
-        res = trainer.run()
-        return {"seed": seed, "model_dir": str(res.model_dir), "steps": res.step,
-                "train_seconds": time.perf_counter() - t, "curve": curve.points}
+        return train_run(data, cfg, variant, seed, out / variant / f"seed-{seed}", stop, shared, progress)
 
-    t = time.perf_counter()
-    jobs = lane_order(cfg.train.seeds)
-    for (variant, _), run in zip(jobs, side_by_side(jobs, train_one, cfg.lanes)):
-        results["models"][variant]["runs"].append(run)  # seed order: the queue is seed-major
-    phases["train"] = time.perf_counter() - t
+    return side_by_side(jobs, train_one, cfg.lanes)
 
-    t = time.perf_counter()
+
+def evaluate_all(data: DemoData, cfg: DemoConfig, model_dirs: list[str], pool: LanePool | None,
+                 progress: bool) -> list[dict]:
+    """``evaluate`` of every model folder, ``cfg.lanes`` at a time with the runs' own thread count (in ``pool``'s
+    workers, or as threads of this process); results in order."""
+    from tqdm.auto import tqdm
+
     ev = cfg.eval
-    runs = [(variant, run) for variant in VARIANTS for run in results["models"][variant]["runs"]]
-    models = []
-    torch.set_num_threads(lane_threads)  # every number of a run comes from its lane's thread count
-    for _, run in runs:  # encoded here, one at a time: the tokenizer may not encode in two threads at once
-        model = ElfModel.from_pretrained(run["model_dir"])
-        model.attach_backbones(backbones)
-        models.append((model, encode_test(model, test_rows)))
-
-    def evaluate_one(i: int, stop: threading.Event) -> dict:
-        torch.set_num_threads(lane_threads)  # the same threads as the runs' accuracy curves
-        return evaluate(models[i][0], test_p, test_rows, cfg, bar, models[i][1])
-
-    total = len(runs) * len(eval_cells(cfg)) * len(ev.seeds)
+    total = len(model_dirs) * len(eval_cells(cfg)) * len(ev.seeds)
     with tqdm(total=total, desc="evaluate", disable=not progress) as bar:
-        evals = side_by_side(list(range(len(runs))), evaluate_one, cfg.lanes)
+        if pool is not None:
+            return pool.map(evaluate_job, [(d,) for d in model_dirs], bar)
+        lane_threads = cfg.threads // cfg.lanes
+        models = []
+        torch.set_num_threads(lane_threads)  # every number of a run comes from its lane's thread count
+        for d in model_dirs:  # encoded here, one at a time: the tokenizer may not encode in two threads at once
+            model = ElfModel.from_pretrained(d)
+            model.attach_backbones(data.backbones)
+            models.append((model, encode_test(model, data.test_rows)))
+
+        def evaluate_one(i: int, stop: threading.Event) -> dict:
+            torch.set_num_threads(lane_threads)  # the same threads as the runs' accuracy curves
+            return evaluate(models[i][0], data.test_problems, data.test_rows, cfg, bar, models[i][1])
+
+        try:
+            return side_by_side(list(range(len(models))), evaluate_one, cfg.lanes)
+        finally:
+            torch.set_num_threads(cfg.threads)
+
+
+def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
+    """Run the whole demo into ``out``; returns the results dict (also written as results.json)."""
+    from elfreg.demo.report import write_report
+
+    start = time.perf_counter()
     torch.set_num_threads(cfg.threads)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    dump_yaml(cfg, out / "demo_config.yaml")
+    phases: dict[str, float] = {}
+    data = prepare(cfg, cache_dir, progress, phases)
+    train_p, test_p, test_rows = data.train_problems, data.test_problems, data.test_rows
+    atomic_write_text(out / "test.jsonl", "".join(json.dumps({"id": f"{cfg.task.kind}/{i}", "question": r["prompt"],
+                                                              "answer": r["answer"]}) + "\n"
+                                                  for i, r in enumerate(test_rows)))
+
+    results: dict = {"task": {"train": len(train_p), "test": len(test_p), "example": data.train_rows[0]},
+                     "head_token_ids": data.head_ids, "train_seeds": list(cfg.train.seeds), "lanes": cfg.lanes,
+                     "lane_mode": cfg.lane_mode,
+                     "models": {v: {"steps": cfg.train.steps, "runs": []} for v in VARIANTS}}
+    pool = LanePool.for_demo(cfg, cache_dir) if cfg.lanes > 1 and cfg.lane_mode == "processes" else None
+    try:
+        t = time.perf_counter()
+        jobs = lane_order(cfg.train.seeds)
+        for (variant, _), run in zip(jobs, train_all(data, cfg, jobs, out, pool, progress)):
+            results["models"][variant]["runs"].append(run)  # seed order: the queue is seed-major
+        phases["train"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        runs = [(variant, run) for variant in VARIANTS for run in results["models"][variant]["runs"]]
+        evals = evaluate_all(data, cfg, [run["model_dir"] for _, run in runs], pool, progress)
+    finally:
+        if pool is not None:
+            pool.close()
     for variant in VARIANTS:
         results["models"][variant]["eval"] = merge_evals({run["seed"]: e for (v, run), e in zip(runs, evals)
                                                           if v == variant})
@@ -430,6 +504,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     phases["total"] = time.perf_counter() - start
     results["phases_seconds"] = phases
     results["threads"] = torch.get_num_threads()
+    results["machine"] = machine_info(cfg.threads, cfg.lanes)  # what the numbers reproduce on (report: Reproducibility)
     atomic_write_text(out / "results.json", json.dumps(results, indent=2))
     write_report(results, cfg, out)
     return results

@@ -36,11 +36,25 @@ class TrainConfig:
     warmup_steps: int | None = 5000
     warmup_epochs: float | None = None
     keep_epochs: list[float] = field(default_factory=list)  # checkpoints kept (never pruned) at these epochs
+    # After the warm-up: "constant" (the reference's), or a decay to min_lr_ratio x lr at the run's last step,
+    # "cosine" or "linear", over the last decay_fraction of the steps after the warm-up (1: all of them; < 1: a
+    # warmup-stable-decay schedule). Not the paper's recipe: for short runs such as the demo (elfreg.train.optim.lr_at)
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    min_lr_ratio: float = 0.0
+    decay_fraction: float = 1.0
     clip_grad: float = 1.0  # global gradient norm; 0 disables
     ema_decay: float = 0.9999  # short runs need less (e.g. 0.99)
     optimizer: Literal["muon", "adamw"] = "muon"  # muon: Muon on 2-D weight matrices, AdamW on the rest
     muon_impl: Literal["auto", "torch", "reference"] = "auto"  # auto: torch.optim.Muon when present (not FSDP)
     muon_momentum: float = 0.95
+    # Muon's own peak lr (the schedule scales it with lr); null: lr, the reference's one lr for Muon and AdamW
+    # (facts §3.7). Muon's update has a fixed spectral norm, so in a short run of a narrow student it moves the
+    # matrices far less than AdamW at the same lr (docs/training.md "Learning-rate schedules")
+    muon_lr: float | None = None
+    # "all": Muon on every 2-D matrix (the reference); "hidden": only the transformer blocks' matrices, AdamW on the
+    # input/output maps and embedders (common Muon practice; on a CPU, orthogonalising the 576-wide input/output
+    # maps of a small student costs more than its forward and backward: docs/training.md)
+    muon_params: Literal["all", "hidden"] = "all"
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     adam_eps: float = 1e-8
@@ -89,10 +103,17 @@ class TrainConfig:
         check(self.stats_positions in ("response", "unpadded"), "train.stats_positions",
               f"unknown {self.stats_positions!r}; choose 'unpadded' or 'response'")
         check(self.lr > 0, "train.lr", "must be positive")
+        check(self.lr_schedule in ("constant", "cosine", "linear"), "train.lr_schedule",
+              f"unknown {self.lr_schedule!r}; choose constant, cosine or linear")
+        check(0.0 <= self.min_lr_ratio <= 1.0, "train.min_lr_ratio", f"must lie in [0, 1], got {self.min_lr_ratio}")
+        check(0.0 < self.decay_fraction <= 1.0, "train.decay_fraction",
+              f"must lie in (0, 1], got {self.decay_fraction}")
         check(self.warmup_steps is None or self.warmup_steps >= 0, "train.warmup_steps", "must be >= 0 or null")
         check(self.clip_grad >= 0, "train.clip_grad", "must be >= 0 (0 disables clipping)")
         check(0.0 <= self.ema_decay < 1.0, "train.ema_decay", f"must lie in [0, 1), got {self.ema_decay}")
         check(0.0 <= self.muon_momentum < 1.0, "train.muon_momentum", "must lie in [0, 1)")
+        check(self.muon_lr is None or self.muon_lr > 0, "train.muon_lr", "must be positive or null")
+        check(self.muon_params in ("all", "hidden"), "train.muon_params", f"unknown {self.muon_params!r}")
         check(0.0 <= self.adam_beta1 < 1.0 and 0.0 <= self.adam_beta2 < 1.0, "train.adam_beta1",
               "Adam betas must lie in [0, 1)")
         check(self.adam_eps > 0, "train.adam_eps", "must be positive")

@@ -23,16 +23,23 @@ from elfreg.train.config import TrainConfig
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 
 
-def split_params(model: nn.Module) -> dict[str, list[tuple[str, nn.Parameter]]]:
-    """{"muon_out_in": Linear weights, "muon_in_out": other 2-D matrices, "adam": the rest} (trainable only)."""
+def split_params(model: nn.Module, muon_params: str = "all") -> dict[str, list[tuple[str, nn.Parameter]]]:
+    """{"muon_out_in": Linear weights, "muon_in_out": other 2-D matrices, "adam": the rest} (trainable only).
+
+    ``muon_params`` "all": every 2-D matrix goes to Muon (the reference, facts §3.7); "hidden": only the
+    transformer blocks' matrices (``blocks.*``), the input/output maps and embedders go to AdamW (see
+    TrainConfig.muon_params).
+    """
+    if muon_params not in ("all", "hidden"):
+        raise ValueError(f"train.muon_params: unknown {muon_params!r}; choose all or hidden")
     linear = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     out: dict[str, list] = {"muon_out_in": [], "muon_in_out": [], "adam": []}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        if p.ndim == 2:
+        if p.ndim == 2 and (muon_params == "all" or name.startswith("blocks.")):
             out["muon_out_in" if id(p) in linear else "muon_in_out"].append((name, p))
-        else:  # biases, norm weights, the (1, n, H) prefix tokens
+        else:  # biases, norm weights, the (1, n, H) prefix tokens (and with "hidden", the non-block matrices)
             out["adam"].append((name, p))
     return out
 
@@ -144,7 +151,7 @@ def adamw(params: list[nn.Parameter], **kw) -> torch.optim.AdamW:
 
 def build_optimizers(model: nn.Module, cfg: TrainConfig) -> Optimizers:
     """Muon (2-D matrices) + AdamW (the rest) with one lr, or AdamW on everything (facts §3.7)."""
-    groups = split_params(model)
+    groups = split_params(model, cfg.muon_params if cfg.optimizer == "muon" else "all")
     adam_kw = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                    weight_decay=cfg.weight_decay)
     if cfg.optimizer == "adamw":
@@ -152,38 +159,56 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig) -> Optimizers:
         return Optimizers({"adamw": adamw(params, **adam_kw)})
     opts: dict[str, torch.optim.Optimizer] = {}
     impl = resolve_muon_impl(cfg)
+    rel = (cfg.muon_lr if cfg.muon_lr is not None else cfg.lr) / cfg.lr  # Muon's lr relative to the schedule's
     if impl == "torch":
         if not hasattr(torch.optim, "Muon"):
             raise RuntimeError("train.muon_impl=torch but this torch has no torch.optim.Muon")
         pgroups = []
         if groups["muon_out_in"]:
-            pgroups.append({"params": [p for _, p in groups["muon_out_in"]], "lr_scale": 1.0})
+            pgroups.append({"params": [p for _, p in groups["muon_out_in"]], "lr_scale": rel})
         for _, p in groups["muon_in_out"]:  # one group each: the scale depends on the shape
             torch_ratio = math.sqrt(max(1.0, p.shape[0] / p.shape[1]))
-            pgroups.append({"params": [p], "lr_scale": fan_ratio(tuple(p.shape), "in_out") / torch_ratio})
+            pgroups.append({"params": [p], "lr_scale": rel * fan_ratio(tuple(p.shape), "in_out") / torch_ratio})
         if pgroups:
-            opts["muon"] = torch.optim.Muon(pgroups, lr=cfg.lr, momentum=cfg.muon_momentum, nesterov=True,
+            opts["muon"] = torch.optim.Muon(pgroups, lr=cfg.lr * rel, momentum=cfg.muon_momentum, nesterov=True,
                                             weight_decay=cfg.weight_decay, adjust_lr_fn="original")
     else:
-        pgroups = [{"params": [p for _, p in groups[k]], "orientation": k.split("_", 1)[1]}
+        pgroups = [{"params": [p for _, p in groups[k]], "orientation": k.split("_", 1)[1], "lr_scale": rel}
                    for k in ("muon_out_in", "muon_in_out") if groups[k]]
         if pgroups:
-            opts["muon"] = ReferenceMuon(pgroups, lr=cfg.lr, momentum=cfg.muon_momentum,
+            opts["muon"] = ReferenceMuon(pgroups, lr=cfg.lr * rel, momentum=cfg.muon_momentum,
                                          weight_decay=cfg.weight_decay)
     if groups["adam"]:
         opts["adamw"] = adamw([p for _, p in groups["adam"]], **adam_kw)
     return Optimizers(opts)
 
 
-def lr_at(step: int, cfg: TrainConfig, warmup_steps: int | None = None) -> float:
-    """Learning rate of optimiser step ``step`` (0-based): linear warmup to cfg.lr over the warm-up, then constant.
+def lr_at(step: int, cfg: TrainConfig, warmup_steps: int | None = None, total_steps: int | None = None) -> float:
+    """Learning rate of optimiser step ``step`` (0-based): linear warm-up to cfg.lr, then ``cfg.lr_schedule``.
 
-    ``warmup_steps``: the run's resolved warm-up (the plan's, when it is given in epochs); default cfg.warmup_steps.
+    Warm-up: lr (step + 1) / W for step < W. Then "constant" (the reference, facts §3.7) keeps lr; "cosine" and
+    "linear" decay from lr to lr_min = min_lr_ratio lr over the last D = max(1, round(decay_fraction (T - W)))
+    steps of the run (T = ``total_steps``): the steps before them (from W on) keep lr, and step s in the decay has
+    progress p = (s + 1 - (T - D)) / D in (0, 1], so the run's last step trains at exactly lr_min, as the warm-up's
+    last step trains at exactly lr; cosine: lr_min + (lr - lr_min)(1 + cos(pi p)) / 2; linear:
+    lr_min + (lr - lr_min)(1 - p). The decay takes its steps from the end, so a warm-up longer than the run leaves
+    none to it. ``warmup_steps``: the run's resolved warm-up (the plan's, when it is given in epochs); default
+    cfg.warmup_steps. ``total_steps``: the run's length, needed by a decaying schedule; default cfg.steps.
     """
-    warmup = cfg.warmup_steps if warmup_steps is None else warmup_steps
-    if not warmup:
+    warmup = (cfg.warmup_steps if warmup_steps is None else warmup_steps) or 0
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    if cfg.lr_schedule == "constant":
         return cfg.lr
-    return cfg.lr * min(1.0, (step + 1) / warmup)
+    total = cfg.steps if total_steps is None else total_steps
+    if total is None:
+        raise ValueError(f"train.lr_schedule={cfg.lr_schedule} needs the run's length (train.steps or the plan's)")
+    decay = max(1, round(cfg.decay_fraction * (total - warmup)))
+    p = min(1.0, max(0.0, (step + 1 - (total - decay)) / decay))
+    low = cfg.min_lr_ratio * cfg.lr
+    if cfg.lr_schedule == "cosine":
+        return low + (cfg.lr - low) * 0.5 * (1.0 + math.cos(math.pi * p))
+    return low + (cfg.lr - low) * (1.0 - p)
 
 
 class EMA:

@@ -393,7 +393,7 @@ class Trainer:
         total = all_reduce_sum(torch.stack([counts[k].float() for k in names]
                                            + [local_tokens.float().to(self.device)]), info)
         counts, tokens_t = {k: total[i] for i, k in enumerate(names)}, total[-1]
-        self.optim.set_lr(lr_at(step, cfg.train, self.warmup_steps))
+        self.optim.set_lr(lr_at(step, cfg.train, self.warmup_steps, self.total_steps))
         self.optim.zero_grad()
         sums = torch.zeros(len(SUM_TERMS) + len(MEAN_TERMS), device=self.device)
         for i, (batch, draws) in enumerate(micro):
@@ -422,7 +422,7 @@ class Trainer:
         t2 = time.perf_counter()
         metrics = {k: float(sums[i]) for i, k in enumerate(SUM_TERMS + MEAN_TERMS)}
         tokens = int(tokens_t)
-        metrics.update(lr=lr_at(step, cfg.train, self.warmup_steps), grad_norm=float(_full(grad_norm)),
+        metrics.update(lr=lr_at(step, cfg.train, self.warmup_steps, self.total_steps), grad_norm=float(_full(grad_norm)),
                        time_features=t1 - t0, time_update=t2 - t1, tokens=tokens,
                        canvas_tokens=cfg.train.batch_size * cfg.train.grad_accum * micro[0][0].x.shape[1])
         return metrics

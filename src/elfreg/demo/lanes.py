@@ -1,0 +1,150 @@
+"""Demo runs side by side in worker processes (``DemoConfig.lane_mode: processes``).
+
+Each worker process loads the demo's shared data once (``run.prepare``: the backbones from their cache, the cached
+training features) and then trains or evaluates whole runs, one at a time, with threads / lanes intra-op threads.
+Processes rather than threads of one process: the Python part of a small student's step holds the GIL, so two
+threads wait on each other; measured on 2 cores (benchmarks/bench_demo_step.py --lanes), two 1-thread processes
+train 1.33-1.53x more steps per second than one 2-thread run, two threads 1.25-1.31x. A run's numbers depend only
+on its thread count, so they are the same in either mode and with one lane (tests/demo/test_run.py).
+
+The first error sets a stop event: the other workers end their run after its current step (it resumes from its
+last checkpoint when the demo is run again) and pending runs never start. Progress reaches the parent through a
+queue (one bar for all runs).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue as queues
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Callable
+
+_WORKER: dict[str, Any] = {}  # in a worker process: its config, shared data, stop event and progress queue
+
+
+def _start(stop, queue, init: Callable | None, args: tuple) -> None:
+    """Worker initializer: keep the stop event and the progress queue, then run ``init(*args)``."""
+    _WORKER.update(stop=stop, queue=queue)
+    if init is not None:
+        init(*args)
+
+
+def stopped() -> bool:
+    """In a worker: whether the pool asked its runs to stop (another run failed, or Ctrl-C)."""
+    return _WORKER["stop"].is_set()
+
+
+def demo_init(cfg_data: dict, cache_dir: str | None, threads: int) -> None:
+    """Worker initializer of the demo: its threads, config and shared data (``run.prepare``, from the caches)."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from elfreg.configtools import from_dict
+    from elfreg.demo.config import DemoConfig
+    from elfreg.demo.run import prepare
+
+    hf_logging.disable_progress_bar()  # the parent shows one bar for all runs
+    torch.set_num_threads(threads)
+    cfg = from_dict(DemoConfig, cfg_data)
+    _WORKER.update(cfg=cfg, data=prepare(cfg, cache_dir, progress=False), lock=threading.Lock())
+
+
+class QueueBar:
+    """A progress bar's ``update`` that sends its counts to the parent's bar through a queue."""
+
+    def __init__(self, queue) -> None:
+        self.queue = queue
+
+    def update(self, n: int = 1) -> None:
+        self.queue.put(n)
+
+
+def train_job(job: tuple[str, int], out: str) -> dict:
+    """Worker: train (or resume) run ``job`` = (variant, seed) of the demo into ``out``/<variant>/seed-<seed>."""
+    from elfreg.demo.run import train_run
+
+    w, bar = _WORKER, QueueBar(_WORKER["queue"])
+    variant, seed = job
+    return train_run(w["data"], w["cfg"], variant, seed, Path(out) / variant / f"seed-{seed}", w["stop"], w["lock"],
+                     progress=False, on_steps=bar.update)
+
+
+def evaluate_job(model_dir: str) -> dict:
+    """Worker: every (sampler, NFE, seed) cell of the model in ``model_dir`` on the test problems."""
+    from elfreg.demo.run import encode_test, evaluate
+    from elfreg.hub import ElfModel
+
+    w = _WORKER
+    data = w["data"]
+    model = ElfModel.from_pretrained(model_dir)
+    model.attach_backbones(data.backbones)
+    return evaluate(model, data.test_problems, data.test_rows, w["cfg"], QueueBar(w["queue"]),
+                    encode_test(model, data.test_rows))
+
+
+class LanePool:
+    """``lanes`` worker processes (spawned: safe with OpenMP and threads), each set up once by ``init(*args)``."""
+
+    def __init__(self, lanes: int, init: Callable | None = None, args: tuple = ()) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.stop = ctx.Event()
+        self.queue = ctx.Queue()
+        self.pool = ProcessPoolExecutor(lanes, mp_context=ctx, initializer=_start,
+                                        initargs=(self.stop, self.queue, init, args))
+
+    @classmethod
+    def for_demo(cls, cfg, cache_dir: str | Path | None) -> "LanePool":
+        """The demo's pool: ``cfg.lanes`` workers holding its shared data, threads / lanes threads each."""
+        from elfreg.configtools import to_dict
+
+        return cls(cfg.lanes, demo_init, (to_dict(cfg), None if cache_dir is None else str(cache_dir),
+                                          cfg.threads // cfg.lanes))
+
+    def map(self, fn: Callable, jobs: list[tuple], bar=None) -> list:
+        """``fn(*job)`` for every job in the workers, results in the jobs' order; counts sent by the workers go to
+        ``bar.update``. The first error stops the other runs after their current step and is raised."""
+        from elfreg.demo.run import Stopped
+
+        done = threading.Event()
+
+        def drain() -> None:
+            while not done.is_set() or not self.queue.empty():
+                try:
+                    n = self.queue.get(timeout=0.2)
+                except queues.Empty:
+                    continue
+                if bar is not None:
+                    bar.update(n)
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        try:
+            futures = [self.pool.submit(fn, *job) for job in jobs]
+            wait(futures, return_when=FIRST_EXCEPTION)
+            if any(not f.cancelled() and f.done() and f.exception() is not None for f in futures):
+                self.stop.set()
+                for f in futures:
+                    f.cancel()
+                wait(futures)
+        except BaseException:  # Ctrl-C: the workers stop after their current step
+            self.stop.set()
+            raise
+        finally:
+            done.set()
+            reader.join()
+        errors = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
+        if errors:
+            raise next((e for e in errors if not isinstance(e, Stopped)), errors[0])
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.queue.close()
+
+    def __enter__(self) -> "LanePool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

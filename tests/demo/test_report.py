@@ -1,0 +1,141 @@
+"""The demo report's parts that need no training: seeds that would decide a claim, Fig. 3 thresholds that follow
+the students' range, the rerun command, the machine record, and a whole report from hand-made results."""
+
+import json
+
+import pytest
+
+from elfreg.demo.cli import demo_config
+from elfreg.demo.machine import cpu_model, vector_extensions
+from elfreg.demo.report import (SECTIONS, changed_settings, claims, decide_command, reach_claims,
+                                reach_seeds_to_decide, seeds_to_decide, write_report)
+
+
+def test_seeds_to_decide_hand_values():
+    # diff 0.1: 2 s.e. < 0.1 needs v_seed / S' + v_problem < 0.0025, i.e. S' > v_seed / 0.0016
+    assert seeds_to_decide(0.1, 0.01, 0.0009) == 7  # 6: 2 sqrt(.01/6 + .0009) = .1013; 7: .0965
+    assert seeds_to_decide(-0.1, 0.01, 0.0009) == 7  # the sign does not matter
+    assert seeds_to_decide(0.1, 0.0001, 0.0009) == 2  # never fewer than two
+    assert seeds_to_decide(0.05, 0.01, 0.001) is None  # the problems' part alone is wider than the effect
+    assert seeds_to_decide(0.0, 0.01, 0.0) is None  # no effect
+
+
+def test_reach_seeds_to_decide_hand_values():
+    # lead 100 steps, no spread, curve every 100: margin t(0.975, S' - 1) sqrt(100^2 / 6 / S')
+    # S' = 2: 12.71 x 28.9 = 367; 3: 4.30 x 23.6 = 101.4; 4: 3.18 x 20.4 = 65.0 < 100
+    assert reach_seeds_to_decide(100.0, 0.0, 100) == 4
+    assert reach_seeds_to_decide(-100.0, 0.0, 100) == 4
+    assert reach_seeds_to_decide(0.0, 0.0, 100) is None
+    assert reach_seeds_to_decide(1.0, 1e6, 100) is None  # beyond the limit of 1,000 seeds
+
+
+def _curve(accs, every=100):
+    return [{"step": every * (i + 1), "acc": a, "chain_acc": 0.0} for i, a in enumerate(accs)]
+
+
+def test_reach_thresholds_follow_the_lowest_peak():
+    cfg = demo_config(False, ["eval.curve_every=100", "eval.reach_of_peak=[0.5,0.9]"])
+    runs = {"ELF": [_curve([0.2, 0.4, 0.6, 0.55])] * 3, "ELF-REG": [_curve([0.55, 0.7, 0.8, 0.8])] * 3}
+    results = {"models": {v: {"runs": [{"seed": s, "curve": c} for s, c in enumerate(cs)]} for v, cs in runs.items()}}
+    got = reach_claims(results, cfg)
+    # the lowest peak is ELF's 60 %: thresholds 30 % and 54 %, which every run reaches
+    assert [c.text for c in got] == [
+        "ELF-REG reaches 30 % test accuracy (50 % of the lowest peak, 60.0 %) in fewer steps than ELF (Fig. 3)",
+        "ELF-REG reaches 54 % test accuracy (90 % of the lowest peak, 60.0 %) in fewer steps than ELF (Fig. 3)"]
+    # 30 %: ELF 200 vs ELF-REG 100 on every seed: +100 < margin t(0.975, 2) sqrt(100^2 / 18) = 101
+    assert got[0].outcome == "inconclusive" and "+100 steps, margin 101" in got[0].evidence
+    assert got[0].seeds_needed == 4 and got[0].note == ""
+    # 54 %: ELF 300 vs ELF-REG 100: +200, held
+    assert got[1].outcome == "held" and got[1].seeds_needed is None
+    # a run whose curve stays at 0 leaves no threshold
+    runs["ELF"] = [_curve([0.0, 0.0])] * 3
+    results = {"models": {v: {"runs": [{"seed": s, "curve": c} for s, c in enumerate(cs)]} for v, cs in runs.items()}}
+    assert {c.outcome for c in reach_claims(results, cfg)} == {"not measured"}
+
+
+def test_decide_command_reruns_the_changed_settings_with_more_seeds():
+    cfg = demo_config(False, ["train.steps=900", "train.seeds=[0,1,2]", "eval.nfes=[4,16]"])
+    assert changed_settings(cfg) == ["train.steps=900", "train.seeds=[0,1,2]", "eval.nfes=[4,16]"]
+    assert decide_command(cfg, 5) == "elfreg demo train.steps=900 eval.nfes=[4,16] train.seeds=[0,1,2,3,4]"
+    # the command's settings load back to the same config
+    from elfreg.configtools import to_dict
+
+    again = demo_config(False, decide_command(cfg, 3).split()[2:])
+    assert to_dict(again) == to_dict(cfg)
+
+
+def test_machine_record_parses_cpuinfo():
+    x86 = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+           "model name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512_bf16 amx_tile\n")
+    assert cpu_model(x86) == "AMD EPYC (cpu family 26, model 2, stepping 1)"
+    assert vector_extensions(x86) == ["sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile"]
+    arm = "processor\t: 0\nFeatures\t: fp asimd asimddp sve bf16\nCPU part\t: 0xd4f\n"
+    assert vector_extensions(arm) == ["asimd", "asimddp", "sve", "bf16"]
+    assert vector_extensions("") == []
+
+
+def _results(cfg, elf_rows, reg_rows, n_eval=2):
+    """Hand-made results: every cell of ELF solves ``elf_rows[s]`` for training seed s (each sampling seed alike)."""
+    def cells(rows):
+        out = []
+        for sampler in cfg.eval.samplers:
+            for nfe in cfg.eval.nfes:
+                correct = [r for r in rows for _ in range(n_eval)]
+                acc = [sum(r) / len(r) for r in correct]
+                out.append({"sampler": sampler, "nfe": nfe, "acc": acc, "chain_acc": acc, "correct": correct,
+                            "train_seed": [s for s in range(len(rows)) for _ in range(n_eval)],
+                            "exit_time": [0.5] * len(acc), "mean": sum(acc) / len(acc), "std": 0.01})
+        return out
+    runs = lambda rows, top: [{"seed": s, "model_dir": "/nonexistent/model", "steps": 400, "train_seconds": 10.0,  # noqa: E731
+                               "curve": _curve([0.1, top / 2, top, top])} for s in range(len(rows))]
+    return {"task": {"train": 100, "test": len(elf_rows[0]), "example": {"prompt": "1+1=?", "response": "2"}},
+            "models": {"ELF": {"steps": 400, "runs": runs(elf_rows, 0.5), "eval": {"cells": cells(elf_rows)}},
+                       "ELF-REG": {"steps": 400, "runs": runs(reg_rows, 0.6), "eval": {"cells": cells(reg_rows)}}},
+            "phases_seconds": {"backbones": 1.0, "train": 30.0, "total": 40.0}, "threads": 2, "lanes": 2,
+            "machine": {"cpu": "Test CPU", "cpu_count": 2, "vector_extensions": ["avx2"], "torch": "2.13.0+cpu",
+                        "torch_git": "abc", "torch_cpu_capability": "AVX2", "torch_blas": "mkl", "mkldnn": True,
+                        "python": "3.11", "os": "Linux", "threads": 2, "lanes": 2, "threads_per_run": 1,
+                        "interop_threads": 2, "env": {}}}
+
+
+def test_report_states_seeds_and_command_for_inconclusive_claims_and_the_machine(tmp_path):
+    cfg = demo_config(False, ["train.seeds=[0,1,2]", "eval.seeds=[0,1]", "eval.curve_every=100"])
+    n = 40
+    elf = [[1] * 20 + [0] * 20, [1] * 18 + [0] * 22, [1] * 22 + [0] * 18]
+    # ELF-REG: +2 problems on seeds 0 and 1, +0 on seed 2: a small, noisy lead
+    reg = [[1] * 22 + [0] * 18, [1] * 20 + [0] * 20, [1] * 22 + [0] * 18]
+    results = _results(cfg, elf, reg)
+    rows = {c.text: c for c in claims(results, cfg)}
+    beat = rows["ELF-REG beats ELF (early-stop, 16 NFE)"]
+    assert beat.outcome == "inconclusive" and "interval [" in beat.evidence
+    # d per seed: .05, .05, 0 (mean 1/30, var 1/1200); per problem: 1/3 on problems 18-21 (seed-dependent), else 0
+    assert beat.seeds_needed == seeds_to_decide(1 / 30, 1 / 1200, beat_problem_part(elf, reg, n))
+    write_report(results, cfg, tmp_path)
+    report = (tmp_path / "report.md").read_text()
+    assert "### How many training seeds would decide the inconclusive claims" in report
+    assert f"`elfreg demo eval.seeds=[0,1] eval.curve_every=100 train.seeds=[{','.join(map(str, range(beat.seeds_needed)))}]`" in report
+    assert "## Reproducibility" in report and "Test CPU" in report and "CPU kernels AVX2" in report
+    assert "bit for bit on the same machine type" in report
+    # a claim without any effect says why no number of seeds decides it
+    assert "| none: no effect measured | — |" in report
+    assert len(SECTIONS) == len(set(SECTIONS))
+
+
+def beat_problem_part(elf, reg, n):
+    per_problem = [sum(reg[s][i] - elf[s][i] for s in range(3)) / 3 for i in range(n)]
+    m = sum(per_problem) / n
+    return sum((x - m) ** 2 for x in per_problem) / (n - 1) / n
+
+
+@pytest.mark.parametrize("bad", ["eval.reach_of_peak=[0]", "eval.reach_of_peak=[1.5]"])
+def test_reach_of_peak_must_be_fractions(bad):
+    from elfreg.configtools import ConfigError
+
+    with pytest.raises(ConfigError, match="eval.reach_of_peak"):
+        demo_config(False, [bad])
+
+
+def test_results_json_keys_the_report_reads_are_plain_json():
+    cfg = demo_config(False, ["train.seeds=[0,1]", "eval.seeds=[0]"])
+    results = _results(cfg, [[1, 0], [0, 1]], [[1, 1], [0, 1]], n_eval=1)
+    assert json.loads(json.dumps(results)) == results
