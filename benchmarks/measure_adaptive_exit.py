@@ -106,7 +106,9 @@ def measure(run: Path, overrides: list[str], variants: list[str], seeds: list[in
             model.attach_backbones(backbones)
             x, mask, _ = encode_test(model, rows)
             for seed, spec in todo:
-                base = sampler_config(model, cfg, spec["sampler"], spec["nfe"], seed)
+                # the demo's settings of the same budget, then the cell's sampler and rule (a rule that cannot fire
+                # in the default settings would fail the check before its own settings replace them)
+                base = sampler_config(model, cfg, "early-stop", spec["nfe"], seed)
                 scfg = base.__class__(**{**base.to_dict(), **spec})
                 t0 = time.perf_counter()
                 texts, _, nfe, settled = sample_texts_nfe(model, x, mask, scfg, cfg.eval.batch_size)

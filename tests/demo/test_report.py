@@ -54,9 +54,9 @@ def test_reach_thresholds_follow_the_lowest_peak():
 
 
 def test_decide_command_reruns_the_changed_settings_with_more_seeds():
-    cfg = demo_config(False, ["train.steps=900", "train.seeds=[0,1]", "eval.nfes=[4,16]"])
-    assert changed_settings(cfg) == ["train.steps=900", "train.seeds=[0,1]", "eval.nfes=[4,16]"]
-    assert decide_command(cfg, 5) == "elfreg demo train.steps=900 eval.nfes=[4,16] train.seeds=[0,1,2,3,4]"
+    cfg = demo_config(False, ["train.steps=900", "train.seeds=[0,1]", "eval.nfes=[4,8,16]"])
+    assert changed_settings(cfg) == ["train.steps=900", "train.seeds=[0,1]", "eval.nfes=[4,8,16]"]
+    assert decide_command(cfg, 5) == "elfreg demo train.steps=900 eval.nfes=[4,8,16] train.seeds=[0,1,2,3,4]"
     # the command's settings load back to the same config
     from elfreg.configtools import to_dict
 
@@ -99,7 +99,7 @@ def _results(cfg, elf_rows, reg_rows, n_eval=2):
 
 
 def test_report_states_seeds_and_command_for_inconclusive_claims_and_the_machine(tmp_path):
-    cfg = demo_config(False, ["train.seeds=[0,1,2]", "eval.seeds=[0,1]", "eval.curve_every=200"])
+    cfg = demo_config(False, ["train.seeds=[0,1,2]", "eval.seeds=[0,1,2]", "eval.curve_every=200"])
     n = 40
     elf = [[1] * 20 + [0] * 20, [1] * 18 + [0] * 22, [1] * 22 + [0] * 18]
     # ELF-REG: +2 problems on seeds 0 and 1, +0 on seed 2: a small, noisy lead
@@ -114,7 +114,7 @@ def test_report_states_seeds_and_command_for_inconclusive_claims_and_the_machine
     report = (tmp_path / "report.md").read_text()
     assert "### How many training seeds would decide the inconclusive claims" in report
     seeds = ",".join(map(str, range(beat.seeds_needed)))
-    assert f"`elfreg demo eval.seeds=[0,1] eval.curve_every=200 train.seeds=[{seeds}]`" in report
+    assert f"`elfreg demo eval.seeds=[0,1,2] eval.curve_every=200 train.seeds=[{seeds}]`" in report
     assert "## Reproducibility" in report and "Test CPU" in report and "CPU kernels AVX2" in report
     assert "bit for bit on the same machine type" in report
     # a claim without any effect says why no number of seeds decides it
