@@ -25,9 +25,13 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "src")]
+
+if TYPE_CHECKING:
+    from elfreg.demo.config import DemoConfig
 
 # 3-step arithmetic (one more dependent step than the default demo, 21-token answers), a larger training and test
 # split, three training seeds; the canvas grows to the longer problem (15 prompt + 21 response tokens + EOS).
@@ -73,19 +77,17 @@ def model_steps(run: Path, variant: str, train_seeds: list[int]) -> dict[int, in
     return {s: json.loads((run / variant / f"seed-{s}" / "summary.json").read_text())["steps"] for s in train_seeds}
 
 
-def measure(run: Path, overrides: list[str], variants: list[str], seeds: list[int], fixed: tuple[int, ...],
+def measure(run: Path, cfg: DemoConfig, variants: list[str], seeds: list[int], fixed: tuple[int, ...],
             max_nfe: tuple[int, ...], threads: int) -> Path:
     """Score every (model, sampling seed, sampler setting) cell not yet in run/adaptive_exit_cells.jsonl."""
     import torch
 
     from elfreg.backbones import Backbones
-    from elfreg.demo.cli import demo_config
     from elfreg.demo.run import (backbone_config, encode_test, per_problem, sample_texts_nfe, sampler_config,
                                  task_config, task_module, task_rows)
     from elfreg.hub import ElfModel
 
     torch.set_num_threads(threads)
-    cfg = demo_config(False, overrides)
     task, tcfg = task_module(cfg), task_config(cfg)
     test_p = task.make_split(cfg.task.n_test, cfg.task.seed, "test", tcfg)
     rows = task_rows(test_p, task)
@@ -263,18 +265,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("overrides", nargs="*", metavar="key=value")
     args = ap.parse_args()
-    overrides = merged_overrides(args.overrides)
-    if not args.no_train:
-        from elfreg.demo.cli import demo_config
-        from elfreg.demo.run import run_demo
-
-        run_demo(demo_config(False, overrides), args.run, progress=False)
-    path = measure(args.run, overrides, args.variants, args.seeds, tuple(args.fixed), tuple(args.max_nfe),
-                   args.threads)
-    command = "PYTHONPATH=src python benchmarks/measure_adaptive_exit.py " + " ".join(sys.argv[1:])
     from elfreg.demo.cli import demo_config
 
-    train_seeds = demo_config(False, overrides).train.seeds
+    cfg = demo_config(False, merged_overrides(args.overrides))
+    if not args.no_train:
+        from elfreg.demo.run import run_demo
+
+        run_demo(cfg, args.run, progress=False)
+    path = measure(args.run, cfg, args.variants, args.seeds, tuple(args.fixed), tuple(args.max_nfe), args.threads)
+    command = "PYTHONPATH=src python benchmarks/measure_adaptive_exit.py " + " ".join(sys.argv[1:])
+    train_seeds = cfg.train.seeds
     for variant in args.variants:
         out = args.out if len(args.variants) == 1 else args.out.with_name(f"{args.out.name}-{variant}")
         report(read_cells(path, variant, model_steps(args.run, variant, train_seeds)), variant, out, command)
