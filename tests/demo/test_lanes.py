@@ -105,6 +105,33 @@ def test_process_lanes_run_every_job_in_its_workers_in_order_and_report_progress
     assert bar.n == 9  # each job's progress reached the parent's bar
 
 
+def _sleep_job(name: str, seconds: float) -> str:
+    time.sleep(seconds)
+    QueueBar(_WORKER["queue"], "first").update(1)
+    return name
+
+
+def _second_job(name: str) -> str:
+    QueueBar(_WORKER["queue"], "second").update(2)
+    return f"{name}+{time.perf_counter()}"
+
+
+def test_a_second_job_follows_each_first_job_and_fills_a_lane_that_ran_out_of_first_jobs():
+    first, second = _Bar(), _Bar()
+    # lane 1 takes "long" (1.5 s); lane 2 takes "a" then "b"; the second jobs of "a" and "b" must run on lane 2
+    # while "long" still runs, not after it
+    with LanePool(2, _init_tag, ("w",)) as pool:
+        t0 = time.perf_counter()
+        got = pool.map(_sleep_job, [("long", 1.5), ("a", 0.1), ("b", 0.1)],
+                       then=(_second_job, lambda r: (r,)), bars={"first": first, "second": second})
+    assert [r for r, _ in got] == ["long", "a", "b"]  # the jobs' order
+    assert [s.split("+")[0] for _, s in got] == ["long", "a", "b"]
+    second_at = {s.split("+")[0]: float(s.split("+")[1]) for _, s in got}
+    assert second_at["a"] < second_at["long"] and second_at["b"] < second_at["long"]
+    assert 1.4 < pool.first_done < time.perf_counter() - t0
+    assert (first.n, second.n) == (3, 6)  # each tag reached its own bar
+
+
 def test_process_lanes_stop_the_others_at_the_first_error_and_raise_it():
     t0 = time.perf_counter()
     with LanePool(2, _init_tag, ("w",)) as pool:

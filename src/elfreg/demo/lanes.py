@@ -17,7 +17,8 @@ from __future__ import annotations
 import multiprocessing
 import queue as queues
 import threading
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,20 +53,20 @@ def demo_init(cfg_data: dict, cache_dir: str | None, threads: int) -> None:
 
 
 class QueueBar:
-    """A progress bar's ``update`` that sends its counts to the parent's bar through a queue."""
+    """A progress bar's ``update`` that sends its counts to the parent's bar ``tag`` through a queue."""
 
-    def __init__(self, queue) -> None:
-        self.queue = queue
+    def __init__(self, queue, tag: str | None = None) -> None:
+        self.queue, self.tag = queue, tag
 
     def update(self, n: int = 1) -> None:
-        self.queue.put(n)
+        self.queue.put((self.tag, n))
 
 
 def train_job(job: tuple[str, int], out: str) -> dict:
     """Worker: train (or resume) run ``job`` = (variant, seed) of the demo into ``out``/<variant>/seed-<seed>."""
     from elfreg.demo.run import train_run
 
-    w, bar = _WORKER, QueueBar(_WORKER["queue"])
+    w, bar = _WORKER, QueueBar(_WORKER["queue"], "train")
     variant, seed = job
     return train_run(w["data"], w["cfg"], variant, seed, Path(out) / variant / f"seed-{seed}", w["stop"], w["lock"],
                      progress=False, on_steps=bar.update)
@@ -80,7 +81,7 @@ def evaluate_job(model_dir: str) -> dict:
     data = w["data"]
     model = ElfModel.from_pretrained(model_dir)
     model.attach_backbones(data.backbones)
-    return evaluate(model, data.test_problems, data.test_rows, w["cfg"], QueueBar(w["queue"]),
+    return evaluate(model, data.test_problems, data.test_rows, w["cfg"], QueueBar(w["queue"], "evaluate"),
                     encode_test(model, data.test_rows))
 
 
@@ -102,42 +103,70 @@ class LanePool:
         return cls(cfg.lanes, demo_init, (to_dict(cfg), None if cache_dir is None else str(cache_dir),
                                           cfg.threads // cfg.lanes))
 
-    def map(self, fn: Callable, jobs: list[tuple], bar=None) -> list:
+    def map(self, fn: Callable, jobs: list[tuple], bar=None, then: tuple[Callable, Callable] | None = None,
+            bars: dict[str, Any] | None = None) -> list:
         """``fn(*job)`` for every job in the workers, results in the jobs' order; counts sent by the workers go to
-        ``bar.update``. The first error stops the other runs after their current step and is raised."""
+        ``bar.update`` (or ``bars[tag].update`` for a tagged ``QueueBar``). The first error stops the other runs
+        after their current step and is raised.
+
+        ``then`` = (fn2, args_of): as soon as job i's result r is back, ``fn2(*args_of(r))`` is queued behind the
+        jobs not yet started, and job i's result is (r, its result). A lane whose queue of first jobs is empty takes
+        the second jobs of those already done, instead of idling while the other lanes finish (the demo evaluates
+        its first trained models while the last one trains). ``self.first_done``: seconds from the call until the
+        last first job ended.
+        """
         from elfreg.demo.run import Stopped
 
+        bars = dict(bars or {})
         done = threading.Event()
 
         def drain() -> None:
             while not done.is_set() or not self.queue.empty():
                 try:
-                    n = self.queue.get(timeout=0.2)
+                    tag, n = self.queue.get(timeout=0.2)
                 except queues.Empty:
                     continue
-                if bar is not None:
-                    bar.update(n)
+                target = bars.get(tag, bar)
+                if target is not None:
+                    target.update(n)
 
+        t0 = time.perf_counter()
+        self.first_done = 0.0
         reader = threading.Thread(target=drain, daemon=True)
         reader.start()
         try:
             futures = [self.pool.submit(fn, *job) for job in jobs]
-            wait(futures, return_when=FIRST_EXCEPTION)
-            if any(not f.cancelled() and f.done() and f.exception() is not None for f in futures):
+            second: dict[int, Any] = {}
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                if any(f.exception() is not None for f in finished if not f.cancelled()):
+                    break
+                for f in finished:
+                    if f in futures and then is not None:
+                        i = futures.index(f)
+                        second[i] = self.pool.submit(then[0], *then[1](f.result()))
+                        pending.add(second[i])
+                if all(f.done() for f in futures) and not self.first_done:
+                    self.first_done = time.perf_counter() - t0
+            everything = futures + list(second.values())
+            if any(not f.cancelled() and f.done() and f.exception() is not None for f in everything):
                 self.stop.set()
-                for f in futures:
+                for f in everything:
                     f.cancel()
-                wait(futures)
+                wait(everything)
         except BaseException:  # Ctrl-C: the workers stop after their current step
             self.stop.set()
             raise
         finally:
             done.set()
             reader.join()
-        errors = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
+        errors = [f.exception() for f in everything if not f.cancelled() and f.exception() is not None]
         if errors:
             raise next((e for e in errors if not isinstance(e, Stopped)), errors[0])
-        return [f.result() for f in futures]
+        if then is None:
+            return [f.result() for f in futures]
+        return [(f.result(), second[i].result()) for i, f in enumerate(futures)]
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

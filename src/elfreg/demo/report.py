@@ -448,9 +448,13 @@ def _time(results: dict, cfg: DemoConfig) -> list[str]:
             lines += [f"| · {var} seed {r['seed']} | {r['train_seconds']:.1f} |"
                       for var, m in results["models"].items() for r in m["runs"]]
     lanes = results.get("lanes", 1)
+    pipelined = lanes > 1 and results.get("lane_mode") == "processes"
     return lines + ["", f"Threads: {results['threads']}"
                     + (f", training {lanes} runs side by side with {results['threads'] // lanes} each" if lanes > 1
                        else "")
+                    + ("; a model's evaluation starts as soon as it is trained, in a lane whose training runs are "
+                       "done: \"train\" ends with the last training run, \"evaluate\" is what came after it"
+                       if pipelined else "")
                     + ". Plots: `accuracy_vs_nfe.png`, `learning_curves.png` (every training seed); raw numbers: "
                     "`results.json`; settings: `demo_config.yaml`; models: `ELF/seed-<s>/model`, "
                     "`ELF-REG/seed-<s>/model`.", ""]

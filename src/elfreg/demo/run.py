@@ -414,15 +414,9 @@ def train_run(data: DemoData, cfg: DemoConfig, variant: str, seed: int, run_dir:
             "train_seconds": time.perf_counter() - t, "curve": curve.points}
 
 
-def train_all(data: DemoData, cfg: DemoConfig, jobs: list[tuple[str, int]], out: Path, pool: LanePool | None,
-              progress: bool) -> list[dict]:
-    """Every training run of ``jobs`` (variant, seed), ``cfg.lanes`` at a time: in ``pool``'s worker processes, or
-    as threads of this process (lane_mode threads, or one lane); results in the jobs' order."""
-    from tqdm.auto import tqdm
-
-    if pool is not None:
-        with tqdm(total=len(jobs) * cfg.train.steps, desc="train", disable=not progress) as bar:
-            return pool.map(train_job, [(job, str(out)) for job in jobs], bar)
+def train_all(data: DemoData, cfg: DemoConfig, jobs: list[tuple[str, int]], out: Path, progress: bool) -> list[dict]:
+    """Every training run of ``jobs`` (variant, seed), ``cfg.lanes`` at a time as threads of this process (lane_mode
+    threads, or one lane); results in the jobs' order."""
     lane_threads = cfg.threads // cfg.lanes
     shared = threading.Lock()  # model init draws from the global RNG; the tokenizer is not thread-safe
 
@@ -434,17 +428,13 @@ def train_all(data: DemoData, cfg: DemoConfig, jobs: list[tuple[str, int]], out:
     return side_by_side(jobs, train_one, cfg.lanes)
 
 
-def evaluate_all(data: DemoData, cfg: DemoConfig, model_dirs: list[str], pool: LanePool | None,
-                 progress: bool) -> list[dict]:
-    """``evaluate`` of every model folder, ``cfg.lanes`` at a time with the runs' own thread count (in ``pool``'s
-    workers, or as threads of this process); results in order."""
+def evaluate_all(data: DemoData, cfg: DemoConfig, model_dirs: list[str], progress: bool) -> list[dict]:
+    """``evaluate`` of every model folder, ``cfg.lanes`` at a time with the runs' own thread count, as threads of
+    this process; results in order."""
     from tqdm.auto import tqdm
 
-    ev = cfg.eval
-    total = len(model_dirs) * len(eval_cells(cfg)) * len(ev.seeds)
+    total = len(model_dirs) * len(eval_cells(cfg)) * len(cfg.eval.seeds)
     with tqdm(total=total, desc="evaluate", disable=not progress) as bar:
-        if pool is not None:
-            return pool.map(evaluate_job, [(d,) for d in model_dirs], bar)
         lane_threads = cfg.threads // cfg.lanes
         models = []
         torch.set_num_threads(lane_threads)  # every number of a run comes from its lane's thread count
@@ -461,6 +451,34 @@ def evaluate_all(data: DemoData, cfg: DemoConfig, model_dirs: list[str], pool: L
             return side_by_side(list(range(len(models))), evaluate_one, cfg.lanes)
         finally:
             torch.set_num_threads(cfg.threads)
+
+
+def train_and_evaluate(data: DemoData, cfg: DemoConfig, jobs: list[tuple[str, int]], out: Path, pool: LanePool | None,
+                       progress: bool, phases: dict[str, float]) -> list[tuple[dict, dict]]:
+    """Train every run of ``jobs`` and evaluate its model: (training result, evaluation) per job, in the jobs' order.
+
+    In ``pool``'s worker processes a model's evaluation is queued as soon as it is trained, so the lane that ends
+    its last training run first evaluates the finished models while the other lane still trains (the runs differ in
+    length: ELF-REG's step is slower). phases: "train" (until the last run is trained) and "evaluate" (the rest).
+    """
+    from tqdm.auto import tqdm
+
+    t = time.perf_counter()
+    if pool is None:
+        trained = train_all(data, cfg, jobs, out, progress)
+        phases["train"] = time.perf_counter() - t
+        t = time.perf_counter()
+        evals = evaluate_all(data, cfg, [run["model_dir"] for run in trained], progress)
+        phases["evaluate"] = time.perf_counter() - t
+        return list(zip(trained, evals))
+    cells = len(eval_cells(cfg)) * len(cfg.eval.seeds)
+    with tqdm(total=len(jobs) * cfg.train.steps, desc="train", disable=not progress, position=0) as bar_t, \
+            tqdm(total=len(jobs) * cells, desc="evaluate", disable=not progress, position=1) as bar_e:
+        done = pool.map(train_job, [(job, str(out)) for job in jobs], then=(evaluate_job, lambda r: (r["model_dir"],)),
+                        bars={"train": bar_t, "evaluate": bar_e})
+    phases["train"] = pool.first_done
+    phases["evaluate"] = time.perf_counter() - t - pool.first_done
+    return done
 
 
 def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
@@ -484,23 +502,17 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
                      "lane_mode": cfg.lane_mode,
                      "models": {v: {"steps": cfg.train.steps, "runs": []} for v in VARIANTS}}
     pool = LanePool.for_demo(cfg, cache_dir) if cfg.lanes > 1 and cfg.lane_mode == "processes" else None
+    jobs = lane_order(cfg.train.seeds)
     try:
-        t = time.perf_counter()
-        jobs = lane_order(cfg.train.seeds)
-        for (variant, _), run in zip(jobs, train_all(data, cfg, jobs, out, pool, progress)):
-            results["models"][variant]["runs"].append(run)  # seed order: the queue is seed-major
-        phases["train"] = time.perf_counter() - t
-
-        t = time.perf_counter()
-        runs = [(variant, run) for variant in VARIANTS for run in results["models"][variant]["runs"]]
-        evals = evaluate_all(data, cfg, [run["model_dir"] for _, run in runs], pool, progress)
+        done = train_and_evaluate(data, cfg, jobs, out, pool, progress, phases)
     finally:
         if pool is not None:
             pool.close()
+    for (variant, _), (run, _) in zip(jobs, done):
+        results["models"][variant]["runs"].append(run)  # seed order: the queue is seed-major
     for variant in VARIANTS:
-        results["models"][variant]["eval"] = merge_evals({run["seed"]: e for (v, run), e in zip(runs, evals)
+        results["models"][variant]["eval"] = merge_evals({run["seed"]: e for (v, _), (run, e) in zip(jobs, done)
                                                           if v == variant})
-    phases["evaluate"] = time.perf_counter() - t
     phases["total"] = time.perf_counter() - start
     results["phases_seconds"] = phases
     results["threads"] = torch.get_num_threads()
