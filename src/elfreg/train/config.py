@@ -45,7 +45,8 @@ class TrainConfig:
     clip_grad: float = 1.0  # global gradient norm; 0 disables
     ema_decay: float = 0.9999  # short runs need less (e.g. 0.99)
     optimizer: Literal["muon", "adamw"] = "muon"  # muon: Muon on 2-D weight matrices, AdamW on the rest
-    muon_impl: Literal["auto", "torch", "reference"] = "auto"  # auto: torch.optim.Muon when present (not FSDP)
+    # auto: GroupedMuon (torch.optim.Muon's update, same-shape matrices batched) when torch has Muon (not FSDP)
+    muon_impl: Literal["auto", "grouped", "torch", "reference"] = "auto"
     muon_momentum: float = 0.95
     # Muon's own peak lr (the schedule scales it with lr); null: lr, the reference's one lr for Muon and AdamW
     # (facts §3.7). Muon's update has a fixed spectral norm, so in a short run of a narrow student it moves the
@@ -119,14 +120,15 @@ class TrainConfig:
         check(self.adam_eps > 0, "train.adam_eps", "must be positive")
         check(self.weight_decay >= 0, "train.weight_decay", "must be >= 0")
         check(self.optimizer in ("muon", "adamw"), "train.optimizer", f"unknown {self.optimizer!r}")
-        check(self.muon_impl in ("auto", "torch", "reference"), "train.muon_impl", f"unknown {self.muon_impl!r}")
+        check(self.muon_impl in ("auto", "grouped", "torch", "reference"), "train.muon_impl",
+              f"unknown {self.muon_impl!r}")
         check(self.precision in ("auto", "bf16", "fp32"), "train.precision", f"unknown {self.precision!r}")
         check(self.parallel in ("ddp", "fsdp"), "train.parallel", f"unknown {self.parallel!r}")
         check(self.init_weights in ("online", "ema"), "train.init_weights",
               f"unknown {self.init_weights!r}; choose 'online' (the checkpoint's trained weights) or 'ema'")
         check(self.init_optimizer in ("continue", "fresh"), "train.init_optimizer",
               f"unknown {self.init_optimizer!r}; choose 'continue' or 'fresh'")
-        check(not (self.parallel == "fsdp" and self.muon_impl == "torch"), "train.muon_impl",
+        check(not (self.parallel == "fsdp" and self.muon_impl in ("torch", "grouped")), "train.muon_impl",
               "torch.optim.Muon cannot orthogonalise FSDP-sharded matrices; use reference (or auto)")
 
 
