@@ -86,3 +86,19 @@ def test_smollm2_gguf_features():
     hs, _ = _full_hidden(folder, ids, name)
     assert torch.allclose(f.x, hs[6], atol=1e-4) and torch.allclose(f.teacher, hs[12], atol=1e-4)
     assert f.reg.shape == (1, 576)
+
+
+def test_gguf_name_maps_are_shared_only_inside_the_conversion():
+    import gguf
+
+    from elfreg.backbones import _shared_gguf_name_maps
+
+    original = gguf.get_tensor_name_map
+    arch = next(iter(gguf.MODEL_ARCH_NAMES))
+    with _shared_gguf_name_maps():
+        first, again = gguf.get_tensor_name_map(arch, 4), gguf.get_tensor_name_map(arch, 4)
+        assert first is again  # built once per (arch, blocks)
+        assert gguf.get_tensor_name_map(arch, 5) is not first
+    assert gguf.get_tensor_name_map is original
+    fresh = original(arch, 4)
+    assert fresh is not first and fresh.mapping == first.mapping  # the shared table is the table

@@ -21,10 +21,15 @@ def _bcast(t: Tensor, like: Tensor) -> Tensor:
     return t.reshape(t.shape[0], *([1] * (like.dim() - 1))).to(like.dtype)
 
 
+def state_coefficients(t: Tensor, sigma: float) -> tuple[Tensor, Tensor]:
+    """(a, b) of z_t = a x + b eps: a = t, b = (1 - t) sigma, shaped as ``t`` (spec §3)."""
+    return t, (1.0 - t) * sigma
+
+
 def noisy_state(x: Tensor, t: Tensor, eps: Tensor, sigma: float) -> Tensor:
     """z_t = t x + (1 - t) sigma eps; x, eps (B, ...), t (B,) (spec §3)."""
-    tb = _bcast(t, x)
-    return tb * x + (1.0 - tb) * sigma * eps
+    a, b = state_coefficients(_bcast(t, x), sigma)
+    return a * x + b * eps
 
 
 def velocity(x_hat: Tensor, z: Tensor, t: Tensor, floor: float = 0.05) -> Tensor:

@@ -179,13 +179,14 @@ class ElfStudent(nn.Module):
                 repa_state = seq
 
         text = seq[:, n_skip:]
-        with torch.autocast(z.device.type, enabled=False):
-            out_d = self.final_linear(self.final_norm(seq[:, cfg.num_prefix:].float()))
-        x_hat = out_d[:, int(has_extra):]
         reg_hat = None
-        if cfg.extra_token == "reg" and has_extra:
-            with torch.autocast(z.device.type, enabled=False):
-                reg_hat = self.reg_out(out_d[:, 0])
+        with torch.autocast(z.device.type, enabled=False):
+            # the text and the REG token through final_linear apart: slicing the H-wide states is cheap, slicing its
+            # d-wide output cost a (B, L, d) zero-fill and copy in the backward pass
+            h = self.final_norm(seq[:, cfg.num_prefix:].float())
+            x_hat = self.final_linear(h[:, int(has_extra):])
+            if cfg.extra_token == "reg" and has_extra:
+                reg_hat = self.reg_out(self.final_linear(h[:, 0]))
         logits = None
         if isinstance(decoder, Tensor):
             if decoder.any():
