@@ -140,3 +140,25 @@ def test_results_json_keys_the_report_reads_are_plain_json():
     cfg = demo_config(False, ["train.seeds=[0,1]", "eval.seeds=[0]"])
     results = _results(cfg, [[1, 0], [0, 1]], [[1, 1], [0, 1]], n_eval=1)
     assert json.loads(json.dumps(results)) == results
+
+
+def test_setting_note_says_what_the_setting_decides_on_the_samplers_and_where_they_differ():
+    from elfreg.demo.report import setting_note
+
+    cfg = demo_config(False, ["train.seeds=[0,1,2]", "eval.seeds=[0,1]"])
+    half = [[1] * 20 + [0] * 20] * 3
+    results = _results(cfg, half, half)
+    for c in results["models"]["ELF"]["eval"]["cells"]:  # ELF's re-noising at 16 NFE solves every problem
+        if c["sampler"] == "renoise" and c["nfe"] == 16:
+            c["correct"] = [[1] * 40 for _ in c["correct"]]
+            c["acc"] = [1.0] * len(c["acc"])
+            c["mean"] = 1.0
+    note = setting_note(results, cfg, claims(results, cfg))
+    assert note[0] == "" and ("1 of the 8 claims on them is decided here (ELF: re-noising beats early-stop at 16 NFE: "
+                              "held)") in note[1]
+    assert "From 4 to 16 NFE accuracy moves by at most 50.0 points" in note[1]
+    assert "`elfreg demo --preset harder`" in note[1]  # the default task points to the setting where they differ
+    harder = demo_config(False, ["train.seeds=[0,1,2]"], "harder")
+    note = setting_note(_results(harder, half, half), harder, claims(_results(harder, half, half), harder))[1]
+    assert "0 of the 8 claims on them are decided here." in note and "From 4 to 32 NFE" in note
+    assert "--preset harder" not in note

@@ -16,8 +16,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", default="demo_out", help="output folder (report.md, plots, results.json, models)")
     p.add_argument("--quick", action="store_true", help="a reduced run (about a minute): every stage, tiny budgets "
                                                          "(the same as --preset quick)")
-    p.add_argument("--preset", default=None, help="named settings applied before the overrides: quick, or a task "
-                                                  "variant (docs/demo.md); default: the defaults")
+    p.add_argument("--preset", default=None, help="named settings applied before the overrides: quick, or harder "
+                                                  "(three dependent steps, where NFE and the samplers differ; "
+                                                  "docs/demo.md); default: the defaults")
     p.add_argument("--cache-dir", default=None, help="feature cache (default $ELFREG_CACHE_DIR/features or "
                                                      "~/.cache/elfreg/features)")
     p.add_argument("--no-progress", action="store_true")

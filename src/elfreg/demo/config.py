@@ -179,5 +179,16 @@ QUICK = {  # seconds to a minute: every stage end to end, no claim about accurac
 }
 
 
+# Three dependent steps: the setting where NFE and the samplers differ (in the default one accuracy is flat from 4
+# to 16 NFE, so the NFE and sampler claims have little to measure). The problem space is 11**3 * 10 = 13,310, the
+# canvas holds the longer prompt and worked solution, and the task needs more steps (docs/demo.md: its numbers).
+HARDER = {
+    "task": {"ops": 3, "n_train": 4000, "n_test": 300},
+    "student": {"canvas_len": 40, "max_prompt_len": 16},
+    "train": {"steps": 3000},
+    "eval": {"nfes": [4, 8, 16, 32], "curve_every": 300},
+}
+
+
 # Named settings for `elfreg demo --preset NAME` (``--quick`` is "quick"), applied before key=value overrides.
-PRESETS: dict[str, dict] = {"quick": QUICK}
+PRESETS: dict[str, dict] = {"quick": QUICK, "harder": HARDER}

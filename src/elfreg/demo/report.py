@@ -101,6 +101,7 @@ class Claim:
     evidence: str
     seeds_needed: int | None = None
     note: str = ""
+    kind: str = ""  # "model" (ELF-REG vs ELF), "sampler" (NFE and samplers), "reach" (Fig. 3)
 
     def __iter__(self):  # (claim, outcome, evidence), as the report's table rows
         return iter((self.text, self.outcome, self.evidence))
@@ -156,11 +157,12 @@ def claims(results: dict, cfg: DemoConfig) -> list[Claim]:
     n_problems = results.get("task", {}).get("test")
     rows = []
 
-    def add(text: str, a: tuple[str, str, int], b: tuple[str, str, int], sign: int = 1) -> None:
+    def add(text: str, a: tuple[str, str, int], b: tuple[str, str, int], sign: int = 1, kind: str = "sampler") -> None:
         """Claim ``text``: cell b = (variant, sampler, NFE) above (sign=1) or below (sign=-1) cell a."""
-        rows.append(Claim(text, *_compare(_cell(results, *a), _cell(results, *b), sign, n_problems)))
+        rows.append(Claim(text, *_compare(_cell(results, *a), _cell(results, *b), sign, n_problems), kind=kind))
 
-    add(f"ELF-REG beats ELF (early-stop, {n} NFE)", ("ELF", "early-stop", n), ("ELF-REG", "early-stop", n))
+    add(f"ELF-REG beats ELF (early-stop, {n} NFE)", ("ELF", "early-stop", n), ("ELF-REG", "early-stop", n),
+        kind="model")
     for v in ("ELF", "ELF-REG"):
         add(f"{v}: prefix early-stop beats full-span at {n} NFE", (v, "full-span", n), (v, "early-stop", n))
         add(f"{v}: re-noising beats early-stop at {hi} NFE", (v, "early-stop", hi), (v, "renoise", hi))
@@ -216,13 +218,15 @@ def reach_claims(results: dict, cfg: DemoConfig) -> list[Claim]:
     if not seeds or not all(runs[v][s] for v in runs for s in seeds):
         texts = [f"{100 * x:.0f} % test accuracy" for x in cfg.eval.reach]
         texts += [f"{100 * f:.0f} % of the lowest peak accuracy" for f in cfg.eval.reach_of_peak]
-        return [Claim(f"ELF-REG reaches {t} in fewer steps than ELF (Fig. 3)", "not measured", "no accuracy curves")
+        return [Claim(f"ELF-REG reaches {t} in fewer steps than ELF (Fig. 3)", "not measured", "no accuracy curves",
+                      kind="reach")
                 for t in texts]
     rows = []
     for x, how in reach_thresholds({v: {s: runs[v][s] for s in seeds} for v in runs}, cfg):
         text = f"ELF-REG reaches {100 * x:.0f} % test accuracy{how} in fewer steps than ELF (Fig. 3)"
         if x <= 0:
-            rows.append(Claim(text, "not measured", "a run's curve never rose above 0 %: no threshold to reach"))
+            rows.append(Claim(text, "not measured", "a run's curve never rose above 0 %: no threshold to reach",
+                              kind="reach"))
             continue
         steps, censored = {}, {}
         for v in runs:
@@ -257,7 +261,7 @@ def reach_claims(results: dict, cfg: DemoConfig) -> list[Claim]:
             if censored["ELF-REG" if mean > 0 else "ELF"]:
                 note = (note + "; " if note else "") + "some runs never reached it: longer runs too (train.steps)"
         rows.append(Claim(text, outcome, f"steps per training seed {seeds}: ELF-REG {fmt('ELF-REG')}; ELF {fmt('ELF')} "
-                                         f"(ELF - ELF-REG {mean:+.0f} steps, margin {margin})", needed, note))
+                                         f"(ELF - ELF-REG {mean:+.0f} steps, margin {margin})", needed, note, "reach"))
     return rows
 
 
@@ -386,6 +390,28 @@ def _minutes(results: dict, cfg: DemoConfig, seeds: int) -> str:
     return f"~{total / 60:.0f} min"
 
 
+def setting_note(results: dict, cfg: DemoConfig, rows: list[Claim]) -> list[str]:
+    """What this setting shows about NFE and the samplers: the claims on them it decides, how far accuracy moved from
+    the lowest to the highest NFE, and, for the default task, the setting where they differ (``--preset harder``)."""
+    from elfreg.demo.config import HARDER
+
+    sampler_rows = [c for c in rows if c.kind == "sampler"]
+    decided = [c for c in sampler_rows if c.outcome in ("held", "did not hold")]
+    line = (f"What this setting shows about NFE and the samplers: {len(decided)} of the {len(sampler_rows)} claims on "
+            f"them {'is' if len(decided) == 1 else 'are'} decided here"
+            + (" (" + "; ".join(f"{c.text}: {c.outcome}" for c in decided) + ")" if decided else "") + ".")
+    lo, hi = min(cfg.eval.nfes), max(cfg.eval.nfes)
+    moves = [abs(a["mean"] - b["mean"]) for v in results["models"] for sm in cfg.eval.samplers
+             if (a := _cell(results, v, sm, lo)) and (b := _cell(results, v, sm, hi))]
+    if moves:
+        line += (f" From {lo} to {hi} NFE accuracy moves by at most {100 * max(moves):.1f} points (any sampler, "
+                 "either model).")
+    if cfg.task.kind == "arith" and cfg.task.ops < HARDER["task"]["ops"]:
+        line += (" `elfreg demo --preset harder` (three dependent steps; its numbers in docs/demo.md) is the setting "
+                 "where NFE and the samplers differ.")
+    return ["", line]
+
+
 def _claims_section(results: dict, cfg: DemoConfig) -> list[str]:
     rows = claims(results, cfg)
     lines = ["## The paper's claims at this scale", "",
@@ -399,6 +425,7 @@ def _claims_section(results: dict, cfg: DemoConfig) -> list[str]:
               "curve's interval, which the standard error counts too."), "",
              "| claim | outcome | evidence |", "|---|---|---|"]
     lines += [f"| {c.text} | **{c.outcome}** | {c.evidence} |" for c in rows]
+    lines += setting_note(results, cfg, rows)
     open_rows = [c for c in rows if c.outcome == "inconclusive"]
     if open_rows:
         lines += ["", "### How many training seeds would decide the inconclusive claims", "",
