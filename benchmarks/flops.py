@@ -92,7 +92,7 @@ def student_forward_flops(m: ModelConfig, rows: float, length: int | None = None
         per_row += 2 * 2 * m.reg_dim * d + (2 * 2 * d * b + 2 * b * h) + 2 * d * m.reg_dim  # reg_in x2, path, reg_out
     block = seq * (2 * h * 3 * h + 2 * h * h + 2 * h * 2 * f + 2 * f * h) + 2 * 2 * seq * seq * h
     per_row += m.depth * block
-    per_row += (length + extra) * 2 * h * d  # final_linear on the text (and extra) positions
+    per_row += (length + int(reg)) * 2 * h * d  # final_linear on the text (and REG token) positions; not OLT's
     head = length * (2 * h * d + 2 * d * m.head_size)
     return per_call + rows * per_row + decoder_rows * head
 
