@@ -90,6 +90,15 @@ def test_eval_run_protocol_settings_are_applied_overridable_and_recorded(tmp_pat
     assert "pass@4 (%)" in md and "Protocol: paper" in md and "nfe=3 (user)" in md
 
 
+def _assert_refused_before_any_work(base: list[str], cases: list[tuple[list[str], str]], tmp_path, capsys) -> None:
+    """Each (extra arguments, message): ``elfreg`` + base + extra exits 2, says the message, writes nothing."""
+    for i, (extra, msg) in enumerate(cases):
+        out = tmp_path / f"r{i}"
+        assert main(base + ["--out", str(out)] + extra) == 2
+        assert msg in capsys.readouterr().err
+        assert not out.exists()  # nothing written, nothing generated
+
+
 def test_eval_run_bad_protocol_or_k_fails_before_any_work(tmp_path, tiny_lm_dir, capsys):
     model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
     base = ["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(_gsm_file(tmp_path)),
@@ -98,11 +107,7 @@ def test_eval_run_bad_protocol_or_k_fails_before_any_work(tmp_path, tiny_lm_dir,
              (["--samples", "2", "--k", "1,4"], "pass@4 needs at least 4 samples"),
              (["--protocol", "paper", "--samples", "8", "--k", "10"], "pass@10 needs at least 10 samples"),
              (["--k", "0"], "--k")]
-    for i, (extra, msg) in enumerate(cases):
-        out = tmp_path / f"r{i}"
-        assert main(base + ["--out", str(out)] + extra) == 2
-        assert msg in capsys.readouterr().err
-        assert not out.exists()  # nothing written, nothing generated
+    _assert_refused_before_any_work(base, cases, tmp_path, capsys)
 
 
 def test_code_samples_are_written_as_solutions(tmp_path):
@@ -208,11 +213,7 @@ def test_eval_run_bad_exit_rule_fails_before_any_work(tmp_path, tiny_lm_dir, cap
              (["--protocol", "paper", "--check-every", "0"], "check_every: need an integer >= 1"),
              (["--min-nfe", "99"], "min_nfe: 99 exceeds nfe = 64"),
              (["--extract", "regex"], "extract: unknown answer extractor 'regex'")]
-    for i, (extra, msg) in enumerate(cases):
-        out = tmp_path / f"r{i}"
-        assert main(base + ["--out", str(out)] + extra) == 2
-        assert msg in capsys.readouterr().err
-        assert not out.exists()  # nothing written, nothing generated
+    _assert_refused_before_any_work(base, cases, tmp_path, capsys)
 
 
 def test_eval_run_protocol_with_the_adaptive_exit_records_its_settings_and_nfe(tmp_path, tiny_lm_dir):
