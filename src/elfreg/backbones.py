@@ -103,7 +103,10 @@ def convert_tokenizer_aside(name_or_path: str, gguf_file: str | None, cache_dir:
     from elfreg.backbone_cache import cache_root, check_entry
 
     gguf = _local_gguf(name_or_path, gguf_file) if gguf_file else None
-    if gguf is None or check_entry(cache_root(cache_dir) / _tokenizer_entry(_gguf_hash(gguf)), _gguf_hash(gguf)):
+    if gguf is None:
+        return None
+    digest = _gguf_hash(gguf)
+    if check_entry(cache_root(cache_dir) / _tokenizer_entry(digest), digest):
         return None
     pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
     future = pool.submit(_convert_tokenizer, name_or_path, gguf_file, None if cache_dir is None else str(cache_dir))

@@ -135,7 +135,7 @@ class GroupedMuon(torch.optim.Muon):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        items = []  # (group, param, update) of every matrix with a gradient
+        items = []  # (group, param, update as (rows <= cols), transposed?) of every matrix with a gradient
         by_shape: dict[tuple, list[int]] = {}
         for group in self.param_groups:
             params, grads, bufs = [], [], []
