@@ -192,6 +192,33 @@ def test_prompt_never_noised_and_passes_follow_self_conditioning():
     assert torch.equal(b["q"], grad["q"][[0, 2]])
 
 
+@pytest.mark.parametrize("shared_noise", [True, False])
+def test_gradient_pass_state_is_the_forward_process_row_by_row(shared_noise):
+    """z of the gradient pass, by hand: prompt positions x; denoising rows t x + (1 - t) sigma eps; decoder rows
+    lam x + (1 - lam) s eps_dec (per position), with non-default sigma and s, one noise or two."""
+    cfg = ObjectiveConfig(sigma=1.5, decoder_noise_scale=0.7)
+    m = make_student(cls=Spy)
+    batch = make_batch()
+    dec = torch.tensor([False, True, False, True, False, False])
+    draws = make_draws(cfg, is_decoder=dec, self_cond=torch.zeros(B, dtype=torch.bool))
+    if not shared_noise:
+        draws = dataclasses.replace(draws, eps_dec=torch.randn(B, L, 64, generator=torch.Generator().manual_seed(7)))
+    elf_reg_loss(m, batch, draws, cfg)
+    z = m.calls[-1]["z"]
+    x = batch.x
+    for i in range(B):
+        for j in range(L):
+            if j < P:
+                want = x[i, j]
+            elif dec[i]:
+                lam = draws.lam[i, j]
+                want = lam * x[i, j] + (1 - lam) * 0.7 * draws.eps_dec[i, j]
+            else:
+                t = draws.t[i]
+                want = t * x[i, j] + (1 - t) * 1.5 * draws.eps[i, j]
+            torch.testing.assert_close(z[i, j], want, rtol=1e-6, atol=1e-6)
+
+
 def test_prompt_positions_are_never_supervised():
     cfg = ObjectiveConfig(use_repa=False)
     batch = make_batch()
