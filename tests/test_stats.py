@@ -19,6 +19,16 @@ def test_running_stats_match_torch():
     assert torch.allclose(st.unstandardize(z), sel, atol=1e-5)
 
 
+def test_standardize_reads_half_and_bf16_inputs_as_fp32():
+    g = torch.Generator().manual_seed(1)
+    st = FeatureStats(torch.randn(8, generator=g), torch.rand(8, generator=g) + 0.5)
+    for dtype in (torch.float16, torch.bfloat16):
+        h = torch.randn(5, 8, generator=g).to(dtype)
+        got = st.standardize(h)
+        assert got.dtype == torch.float32
+        assert torch.equal(got, (h.float() - st.mean) / st.std)  # bit for bit the fp32 formula on h.float()
+
+
 def test_roundtrip_tensors():
     st = FeatureStats(torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0]))
     back = FeatureStats.from_tensors(st.to_tensors("x"), "x")

@@ -127,8 +127,9 @@ def cosine_to(pred: Tensor, target: Tensor, eps: float = 1e-8) -> Tensor:
     (B, L) divisions in place of F.cosine_similarity's two broadcast (B, L, d_t) divisions and their backward,
     which took ~20 % of an ELF-REG demo step (benchmarks/bench_demo_step.py --profile). Same values up to rounding.
     """
-    t = target.detach().float()
-    t_hat = t / torch.linalg.vector_norm(t, dim=-1, keepdim=True).clamp_min(eps)
+    # the norm reads a half target as fp32 and the division promotes it: the values of target.float(), uncopied
+    t = target.detach()
+    t_hat = t / torch.linalg.vector_norm(t, dim=-1, keepdim=True, dtype=torch.float32).clamp_min(eps)
     p = pred.float()
     return (p * t_hat).sum(-1) / torch.linalg.vector_norm(p, dim=-1).clamp_min(eps)
 
@@ -228,7 +229,7 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
     noise = dr["eps"] if dr["eps"] is dr["eps_dec"] else torch.where(dec[:, None, None], dr["eps_dec"], dr["eps"])
     z = a * x + b * noise
     w = dr["w"]
-    q = x.masked_fill(~(pm3 & den[:, None, None]), 0.0)  # decoder mode: q = 0 everywhere
+    q = torch.where(pm3 & den[:, None, None], x, 0.0)  # decoder mode: q = 0 everywhere
 
     r_in = r = None
     if mcfg.extra_token == "reg":
@@ -273,7 +274,8 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
     # The gradient pass: one mixed forward over denoising and decoder rows.
     out = student(z, q, t, w, reg=r_in, reg_q=qr, decoder=dec, repa=cfg.use_repa)
     inv_c2 = c_t(t, floor).reciprocal().square()[:, None]
-    l2_tok = (out.x_hat - x_tgt).square().mean(-1) * inv_c2  # (B, L): ||v - v_target||^2 / d
+    # (B, L): ||v - v_target||^2 / d; mse_loss: the values of (x_hat - x*)^2 in one kernel forward and backward
+    l2_tok = F.mse_loss(out.x_hat, x_tgt, reduction="none").mean(-1) * inv_c2
     den_resp = resp & den[:, None]
     dec_resp = resp & dec[:, None]
     l2_sum = (l2_tok * den_resp).sum()

@@ -16,8 +16,9 @@ class FeatureStats:
     std: Tensor
 
     def standardize(self, h: Tensor) -> Tensor:
-        """(h - mean) / std over the last axis of h (.., D)."""
-        return (h - self.mean.to(h)) / self.std.to(h)
+        """(h - mean) / std over the last axis of h (.., D), in fp32 at least: a half or bf16 ``h`` is promoted by
+        the subtraction itself (the values of ``h.float()`` standardised, without a copy of ``h`` first)."""
+        return (h - self.mean.to(h.device, torch.float32)) / self.std.to(h.device, torch.float32)
 
     def unstandardize(self, x: Tensor) -> Tensor:
         """Inverse of ``standardize``."""

@@ -8,7 +8,7 @@ from elfreg.demo import bytecode
 
 
 def test_every_listed_module_exists():
-    missing = [m for m in bytecode.MODULES if importlib.util.find_spec(m) is None]
+    missing = [m for m in bytecode.MODULES + bytecode.ASIDE if importlib.util.find_spec(m) is None]
     assert not missing, f"elfreg.demo.bytecode.MODULES names modules that do not exist: {missing}"
 
 
@@ -18,7 +18,7 @@ def test_writes_bytecode_even_under_pythondontwritebytecode(tmp_path, monkeypatc
     (pkg / "__init__.py").write_text("")
     (pkg / "mod.py").write_text("X = 1\n")
     code = ("import sys; from elfreg.demo import bytecode; bytecode.MODULES = ('probe_pkg.mod',); "
-            "sys.exit(bytecode.main())")
+            "bytecode.ASIDE = (); sys.exit(bytecode.main([]))")
     env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": f"{tmp_path}:{':'.join(sys.path)}", "PATH": "/usr/bin:/bin"}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
     assert list((pkg / "__pycache__").glob("mod.*.pyc")), "no bytecode written for the listed module"

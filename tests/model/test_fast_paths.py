@@ -109,3 +109,15 @@ def test_loss_and_gradients_match_the_plain_formulas(monkeypatch, bf16, rtol):
         scale = g_ref[n].abs().max().clamp_min(1e-8)
         err = (g_fast[n] - g_ref[n]).abs().max() / scale
         assert err < (1e-3 if not bf16 else 0.1), (n, float(err))
+
+
+def test_swap_pairs_is_flip_of_each_pair_forward_and_backward():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 4, 7, 8, generator=g, requires_grad=True)
+    upstream = torch.randn(2, 3, 4, 7, 8, generator=g)
+    got = layers.SwapPairs.apply(x)
+    (grad_got,) = torch.autograd.grad(got, x, upstream)
+    want = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+    (grad_want,) = torch.autograd.grad(want, x, upstream)
+    assert torch.equal(got, want) and torch.equal(grad_got, grad_want)
+    assert torch.equal(layers.SwapPairs.apply(got), x)  # its own inverse

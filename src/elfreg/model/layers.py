@@ -53,8 +53,24 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, dtype: torch.dtype | None = 
     CPU keeps fp32 to skip two casts).
     """
     xf = x.float()
-    swapped = xf.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
-    return (xf * cos + swapped * sin).to(dtype or x.dtype)
+    return (xf * cos + SwapPairs.apply(xf) * sin).to(dtype or x.dtype)
+
+
+class SwapPairs(torch.autograd.Function):
+    """(x0, x1, x2, x3, ...) -> (x1, x0, x3, x2, ...) over the last dim, a permutation that is its own adjoint.
+
+    Two strided copies forward and backward, where ``flip`` on a size-2 dim took 1.7x as long and indexing the pairs
+    apart makes autograd zero-fill and add a full-size gradient per pair member.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        u = x.unflatten(-1, (-1, 2))
+        return torch.stack((u[..., 1], u[..., 0]), -1).flatten(-2)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        return SwapPairs.forward(ctx, grad)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:

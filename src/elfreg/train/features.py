@@ -36,11 +36,11 @@ def raw_batch(backbones, cb: CanvasBatch, need_teacher: bool) -> TrainBatch:
 def standardize_batch(raw: TrainBatch, x_stats: FeatureStats, reg_stats: FeatureStats | None,
                       teacher_stats: FeatureStats | None = None) -> TrainBatch:
     """x and reg standardised per feature; teacher states too only when teacher_stats is given (spec §2)."""
-    ts = (lambda h: h if h is None or teacher_stats is None else teacher_stats.standardize(h.float()))
+    ts = (lambda h: h if h is None or teacher_stats is None else teacher_stats.standardize(h))
     return TrainBatch(
-        x=x_stats.standardize(raw.x.float()), tokens=raw.tokens, prompt_mask=raw.prompt_mask,
+        x=x_stats.standardize(raw.x), tokens=raw.tokens, prompt_mask=raw.prompt_mask,
         content_mask=raw.content_mask, teacher=ts(raw.teacher),
-        reg=reg_stats.standardize(raw.reg.float()) if raw.reg is not None and reg_stats is not None else
+        reg=reg_stats.standardize(raw.reg) if raw.reg is not None and reg_stats is not None else
         (raw.reg.float() if raw.reg is not None else None),
         teacher_at_source=ts(raw.teacher_at_source))
 
