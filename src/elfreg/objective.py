@@ -127,9 +127,8 @@ def cosine_to(pred: Tensor, target: Tensor, eps: float = 1e-8) -> Tensor:
     (B, L) divisions in place of F.cosine_similarity's two broadcast (B, L, d_t) divisions and their backward,
     which took ~20 % of an ELF-REG demo step (benchmarks/bench_demo_step.py --profile). Same values up to rounding.
     """
-    # the norm reads a half target as fp32 and the division promotes it: the values of target.float(), uncopied
-    t = target.detach()
-    t_hat = t / torch.linalg.vector_norm(t, dim=-1, keepdim=True, dtype=torch.float32).clamp_min(eps)
+    t = target.detach().float()
+    t_hat = t / torch.linalg.vector_norm(t, dim=-1, keepdim=True).clamp_min(eps)
     p = pred.float()
     return (p * t_hat).sum(-1) / torch.linalg.vector_norm(p, dim=-1).clamp_min(eps)
 
