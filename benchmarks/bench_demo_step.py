@@ -10,6 +10,7 @@ printed: on a shared machine both sides see the same load.
     PYTHONPATH=src python benchmarks/bench_demo_step.py [--base /tmp/base/src] [--rounds 6] [--steps 20]
     PYTHONPATH=src python benchmarks/bench_demo_step.py --profile   # torch.profiler tables by operator / module
     PYTHONPATH=src python benchmarks/bench_demo_step.py --lanes     # two runs side by side, as the demo trains
+    PYTHONPATH=src python benchmarks/bench_demo_step.py --phases    # where a step's time goes
 
 Random features stand in for SmolLM2's (widths 576; the step's cost does not depend on their values).
 """
@@ -148,6 +149,60 @@ def profile(threads: int, steps: int) -> None:
         print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25))
 
 
+def step_phases(threads: int, steps: int) -> None:
+    """Where a step's time goes, as multiples of the bare forward + backward: the student's calls without gradient
+    (the self-conditioning passes) and with it, the backward, the optimisers, the EMA, the batch and its draws, and
+    the rest (the loss's own arithmetic, clipping). Means over ``steps`` steps after 5 of warm-up."""
+    import torch
+
+    torch.set_num_threads(threads)
+    tmp = Path(tempfile.mkdtemp())
+    print(f"demo-size step, {threads} thread(s), mean of {steps} steps, ms (x the bare forward + backward)")
+    for variant in ("ELF", "ELF-REG"):
+        trainer, _ = _setup(variant, tmp / variant)
+        spent: dict[str, float] = {}
+
+        def timed(name, fn):
+            def run(*a, **k):
+                t0 = time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    key = name(*a) if callable(name) else name
+                    spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
+            return run
+
+        st = trainer.student
+        st.forward = timed(lambda *a: "student, no gradient" if not torch.is_grad_enabled() else "student, gradient",
+                           st.forward)
+        trainer.optim.step = timed("optimisers", trainer.optim.step)
+        trainer.ema.update = timed("EMA", trainer.ema.update)
+        backward = torch.Tensor.backward
+        torch.Tensor.backward = timed("backward", backward)
+        bare = _bare(trainer)
+        try:
+            for i in range(5):
+                trainer.step_once(i)
+            spent.clear()
+            total = 0.0
+            for i in range(steps):
+                t0 = time.perf_counter()
+                spent["batch + draws"] = spent.get("batch + draws", 0.0) + trainer.step_once(5 + i)["time_features"]
+                total += time.perf_counter() - t0
+            kept = dict(spent)
+            times = []
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                bare()
+                times.append(time.perf_counter() - t0)
+        finally:
+            torch.Tensor.backward = backward
+        b = statistics.fmean(times)  # the bare pass's own backward went through the timer too: not in ``kept``
+        kept["rest"] = total - sum(kept.values())
+        cells = ", ".join(f"{k} {1e3 * v / steps:.1f} ({v / steps / b:.2f}x)" for k, v in kept.items())
+        print(f"{variant:8s} step {1e3 * total / steps:.1f} ({total / steps / b:.2f}x), bare {1e3 * b:.1f}: {cells}")
+
+
 def lanes(threads: int, steps: int, rounds: int) -> None:
     """Training throughput of two runs: one after the other on ``threads`` threads; side by side as threads of one
     process (elfreg.demo.run.side_by_side, as the demo trains) with threads / 2 each; side by side as two processes
@@ -231,6 +286,7 @@ def main() -> None:
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--lanes", action="store_true", help="two runs side by side vs one after the other")
+    ap.add_argument("--phases", action="store_true", help="where a step's time goes, against the bare pass")
     args = ap.parse_args()
     if args.worker:
         return worker(args.threads)
@@ -238,6 +294,8 @@ def main() -> None:
         return profile(args.threads, args.steps)
     if args.lanes:
         return lanes(args.threads, args.steps, args.rounds)
+    if args.phases:
+        return step_phases(args.threads, args.steps)
     new_src = str(HERE.parents[1] / "src")
     sides = {"new": Side(new_src, args.threads)}
     if args.base:
