@@ -167,6 +167,20 @@ def test_accuracy_curve_keeps_points_up_to_the_resumed_step(tmp_path):
         read_points(path)
 
 
+def test_accuracy_curve_measures_every_curve_every_steps_and_the_last_step(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    measured = []
+    monkeypatch.setattr(AccuracyCurve, "_measure", lambda self, step: measured.append(step))
+    for steps, every, want in ((12, 4, [4, 8, 12]), (10, 4, [4, 8, 10]), (3, 5, [3])):
+        measured.clear()
+        cfg = demo_config(True, [f"eval.curve_every={every}"])
+        curve = AccuracyCurve(SimpleNamespace(state={"step": 0}, total_steps=steps), [], [], cfg, tmp_path / "c")
+        for step in range(1, steps + 1):
+            curve(step)
+        assert measured == want, (steps, every)
+
+
 def test_claims_with_per_problem_results_are_paired_over_the_problems():
     from elfreg.demo.report import _paired_se
 

@@ -117,8 +117,8 @@ class DemoEval:
     main_nfe: int = 16
     # the adaptive exit (answer stability, elfreg.sampling.exit) at these max NFE, with the sampler's default rule
     adaptive_nfes: list[int] = field(default_factory=lambda: [16])
-    # test accuracy of the EMA weights during training (early-stop, main NFE, first seed) every this many steps;
-    # 0: off. A divisor of train.steps, so that the curve's last point is the final model. 220: 5 points of a
+    # test accuracy of the EMA weights during training (early-stop, main NFE, first seed) every this many steps
+    # and at the last step (the final model, whether or not this divides train.steps); 0: off. 220: 5 points of a
     # 1,100-step run, ~1.5 s each per lane (eval.curve_every=110 doubles them: a finer Fig. 3 claim)
     curve_every: int = 220
     # Fig. 3's claim: the first curve step at which each model reaches a test accuracy. reach: accuracies as given

@@ -216,7 +216,7 @@ def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig,
 
 
 class AccuracyCurve:
-    """Trainer hook: every ``eval.curve_every`` steps, test accuracy of the current EMA weights.
+    """Trainer hook: every ``eval.curve_every`` steps and at the last one, test accuracy of the current EMA weights.
 
     Early-stop at the main NFE with the first evaluation seed, the same noise keys and batches as ``evaluate``, so
     the point at the last step equals the final evaluation's cell. Shows when the model starts to solve the task,
@@ -236,7 +236,8 @@ class AccuracyCurve:
 
     def __call__(self, step: int) -> None:
         ev = self.cfg.eval
-        if not ev.curve_every or step % ev.curve_every:
+        # the last step too, when curve_every does not divide the run: the curve always ends at the final model
+        if not ev.curve_every or (step % ev.curve_every and step != self.trainer.total_steps):
             return
         with self.lock:
             self._measure(step)
