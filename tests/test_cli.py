@@ -31,3 +31,326 @@ def test_a_command_imports_its_own_module_only():
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# --- errors a person reads (issue #28): one line naming the file and what to do, exit code 2 -----------------------
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from helpers import REPO  # noqa: E402
+
+from elfreg import __version__  # noqa: E402
+from elfreg.cli import main  # noqa: E402
+from elfreg.cliargs import placeholder, utf8_problem, walk_actions  # noqa: E402
+
+
+def _run(capsys, *argv):
+    """(exit code, stderr lines) of ``elfreg ARGV``."""
+    rc = main([str(a) for a in argv])
+    return rc, capsys.readouterr().err.strip().splitlines()
+
+
+def _one_line(capsys, *argv, code=2):
+    rc, lines = _run(capsys, *argv)
+    assert rc == code and len(lines) == 1, (rc, lines)
+    assert "Traceback" not in lines[0]
+    return lines[0]
+
+
+def _elf_model(folder: Path, encoder: str = "x/y") -> Path:
+    import torch
+
+    from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
+    from elfreg.hub import ElfModel
+    from elfreg.stats import FeatureStats
+
+    cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
+                                          max_len=16, max_prompt_len=8),
+                       backbones=BackboneConfig(encoder=encoder, encoder_layer=2, dtype="float32"))
+    return ElfModel.new(cfg, FeatureStats(torch.zeros(32), torch.ones(32))).save_pretrained(folder)
+
+
+@pytest.fixture
+def files(tmp_path):
+    """A folder, a plain file, a prompts file and a GSM8K completions file."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "afile").write_text("x\n")
+    (tmp_path / "p.jsonl").write_text(json.dumps({"prompt": "what is 1 plus 2 ?"}) + "\n")
+    (tmp_path / "c.jsonl").write_text(json.dumps({"task_id": "gsm8k/0", "completion": "3", "sample": 0}) + "\n")
+    return tmp_path
+
+
+FILE_OPTIONS = [  # (argv with {dir} where a file is expected)
+    ["generate", "--model", "m", "--prompts", "{dir}", "--out", "{t}/o.jsonl"],
+    ["generate", "--model", "m", "--prompts", "{t}/p.jsonl", "--out", "{dir}"],
+    ["eval", "score", "--benchmark", "gsm8k", "--completions", "{dir}", "--out", "{t}/o"],
+    ["eval", "score", "--benchmark", "gsm8k", "--completions", "{t}/c.jsonl", "--data", "{dir}", "--out", "{t}/o"],
+    ["eval", "run", "--model", "m", "--benchmark", "gsm8k", "--data", "{dir}", "--out", "{t}/o"],
+    ["train", "--config", "{dir}", "--dry-run"],
+    ["diagnose", "--model", "m", "--prompts", "{dir}", "--out", "{t}/o"],
+    ["data", "decontaminate", "--task", "math", "--input", "{t}/p.jsonl", "--output", "{dir}", "--report", "{t}/r"],
+    ["data", "decontaminate", "--task", "math", "--input", "{t}/p.jsonl", "--output", "{t}/o", "--report", "{dir}"],
+    ["data", "mmlu-train", "--rationales", "{dir}", "--output", "{t}/o", "--report", "{t}/r"],
+    ["data", "mmlu-train", "--rationales", "{t}/p.jsonl", "--benchmarks", "{dir}", "--output", "{t}/o",
+     "--report", "{t}/r"],
+]
+
+
+@pytest.mark.parametrize("argv", FILE_OPTIONS, ids=lambda a: " ".join(a[:2]) + " " + a[a.index("{dir}") - 1])
+def test_a_folder_where_a_file_is_expected_is_one_line(capsys, files, argv):
+    line = _one_line(capsys, *(a.format(dir=files / "folder", t=files) for a in argv))
+    assert f"{files / 'folder'} is a folder" in line and argv[argv.index("{dir}") - 1] in line
+    assert not (files / "o").exists()
+
+
+FOLDER_OPTIONS = [  # (argv with {file} where a folder is expected)
+    ["eval", "score", "--benchmark", "gsm8k", "--completions", "{t}/c.jsonl", "--out", "{file}"],
+    ["eval", "run", "--model", "m", "--benchmark", "gsm8k", "--out", "{file}"],
+    ["diagnose", "--model", "m", "--prompts", "{t}/p.jsonl", "--out", "{file}"],
+    ["train", "--config", str(REPO / "configs/tiny-smoke.yaml"), "--output", "{file}"],
+    ["demo", "--out", "{file}"],
+    ["generate", "--model", "{file}", "--prompts", "{t}/p.jsonl", "--out", "{t}/o.jsonl"],
+    ["generate", "--model", "m", "--prompts", "{t}/p.jsonl", "--out", "{file}/o.jsonl"],
+]
+
+
+@pytest.mark.parametrize("argv", FOLDER_OPTIONS,
+                         ids=lambda a: " ".join(a[:2]) + " " + next(a[i - 1] for i, x in enumerate(a) if "{file}" in x))
+def test_a_file_where_a_folder_is_expected_is_one_line(capsys, files, argv):
+    line = _one_line(capsys, *(a.format(file=files / "afile", t=files) for a in argv))
+    assert f"{files / 'afile'} is a file" in line
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["generate", "diagnose"])
+def test_a_truncated_model_safetensors_is_one_line_naming_it(capsys, files, command):
+    model = _elf_model(files / "model")
+    weights = model / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)
+    out = ["--out", files / ("o.jsonl" if command == "generate" else "o")]
+    line = _one_line(capsys, command, "--model", model, "--prompts", files / "p.jsonl", *out, "--device", "cpu")
+    assert f"{weights}: corrupt or truncated" in line and "download it again" in line
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks a machine without CUDA")
+@pytest.mark.parametrize("argv", [
+    ["generate", "--model", "m", "--prompts", "{t}/p.jsonl", "--out", "{t}/o.jsonl", "--device", "cuda"],
+    ["eval", "run", "--model", "m", "--benchmark", "gsm8k", "--out", "{t}/o", "--device", "cuda:0"],
+    ["diagnose", "--model", "m", "--prompts", "{t}/p.jsonl", "--out", "{t}/o", "--device", "cuda"],
+    ["train", "--config", str(REPO / "configs/tiny-smoke.yaml"), "--dry-run", "train.device=cuda",
+     "backbones.encoder={t}/folder", "backbones.teacher={t}/folder"],
+], ids=lambda a: a[0])
+def test_cuda_without_cuda_is_one_line(capsys, files, argv):
+    line = _one_line(capsys, *(a.format(t=files) for a in argv))
+    assert "CUDA is not available" in line and "cpu" in line
+
+
+def test_lm_eval_cuda_without_cuda_is_one_line_before_lm_eval_runs(capsys, monkeypatch, files):
+    lm_main = pytest.importorskip("lm_eval.__main__")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr(lm_main, "cli_evaluate", _interrupt)   # must not be reached
+    line = _one_line(capsys, "lm-eval", "--model", files / "folder", "--tasks", "gsm8k", "--device", "cuda")
+    assert line.startswith("elfreg lm-eval: error: --device cuda: CUDA is not available")
+
+
+def _interrupt(*_, **__):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("argv, target, kept", [
+    (["eval", "score", "--benchmark", "gsm8k", "--completions", "{t}/c.jsonl", "--out", "{t}/o", "--allow-subset"],
+     "elfreg.eval.cli.score_completions", "what is already in {t}/o (generations, scored rows) is kept"),
+    (["generate", "--model", "{t}/model", "--prompts", "{t}/p.jsonl", "--out", "{t}/o.jsonl"],
+     "elfreg.hub.ElfModel.from_pretrained", "the samples already in {t}/o.jsonl are kept"),
+    (["train", "--config", str(REPO / "configs/tiny-smoke.yaml"), "--output", "{t}/run",
+      "backbones.encoder={t}/folder", "backbones.teacher={t}/folder"],
+     "elfreg.train.trainer.train", "the complete checkpoints in {t}/run are kept"),
+], ids=lambda a: a[0] if isinstance(a, list) else "")
+def test_ctrl_c_is_one_line_saying_what_was_kept_and_how_to_resume(capsys, monkeypatch, files, argv, target, kept):
+    monkeypatch.setattr(target, _interrupt)
+    line = _one_line(capsys, *(a.format(t=files) for a in argv), code=130)
+    prog = " ".join(argv[:2]) if argv[0] == "eval" else argv[0]
+    assert line.startswith(f"elfreg {prog}: interrupted; ") and kept.format(t=files) in line
+    assert "the same command resumes" in line
+
+
+LATIN1 = '{"prompt": "caf\xe9"}\n'.encode("latin-1")
+
+
+@pytest.mark.parametrize("argv, bad", [
+    (["generate", "--model", "m", "--prompts", "{bad}", "--out", "{t}/o.jsonl"], '{"prompt": "caf\xe9 ?"}'),
+    (["diagnose", "--model", "m", "--prompts", "{bad}", "--out", "{t}/o"], '{"prompt": "caf\xe9 ?"}'),
+    (["eval", "score", "--benchmark", "gsm8k", "--completions", "{bad}", "--out", "{t}/o", "--allow-subset"],
+     '{"task_id": "gsm8k/0", "completion": "caf\xe9", "sample": 0}'),
+    (["train", "--config", "{bad}", "--dry-run"], "preset: tiny-smoke # caf\xe9"),
+    (["data", "decontaminate", "--task", "math", "--input", "{bad}", "--output", "{t}/o", "--report", "{t}/r"],
+     '{"prompt": "caf\xe9", "response": "r"}'),
+], ids=lambda a: a[0] if isinstance(a, list) else "")
+def test_non_utf8_input_is_one_line_naming_file_and_line(capsys, files, argv, bad):
+    path = files / "bad.jsonl"
+    path.write_bytes(("# ok\n" if argv[0] == "train" else "").encode() + (bad + "\n").encode("latin-1"))
+    line = _one_line(capsys, *(a.format(bad=path, t=files) for a in argv))
+    assert f"{path}:{2 if argv[0] == 'train' else 1}: not UTF-8 text (byte 0xe9)" in line
+
+
+def test_utf8_problem_finds_the_line_across_chunk_borders(tmp_path):
+    path = tmp_path / "big.txt"
+    # "é" (2 bytes) split by the 1 MiB chunk border, then a bad byte on line 3
+    path.write_bytes(b"a" * ((1 << 20) - 1) + "\xe9\n".encode() + b"ok\n" + b"x\xff\n")
+    assert utf8_problem(path) == f"{path}:3: not UTF-8 text (byte 0xff); save the file as UTF-8 " \
+                                 "(e.g. iconv -f latin1 -t utf-8)"
+    path.write_bytes("é\n".encode() * 3)
+    assert utf8_problem(path) is None
+
+
+# Placeholder forms of the README, docs/*.md and configs/ (<output>/model, <dir>, DIR, FILE.jsonl) and common ones.
+PLACEHOLDERS = ["<path/to/model>", "<output>/model", "<dir>", "DIR", "FILE.jsonl", "runs/DIR/model", "/path/to/model",
+                "path/to/prompts.jsonl", "{model}", "PATH_TO_MODEL", "YOUR_MODEL_DIR"]
+
+
+@pytest.mark.parametrize("text", PLACEHOLDERS)
+def test_a_placeholder_path_is_one_line_saying_so(capsys, files, text):
+    line = _one_line(capsys, "generate", "--model", text, "--prompts", files / "p.jsonl", "--out", files / "o.jsonl")
+    assert f"{text!r} looks like a placeholder from the docs" in line and "replace it with your model folder" in line
+    line = _one_line(capsys, "generate", "--model", "m", "--prompts", text, "--out", files / "o.jsonl")
+    assert "argument --prompts" in line and "looks like a placeholder from the docs" in line
+
+
+def test_placeholders_in_train_overrides_and_configs(capsys, files):
+    tiny = str(REPO / "configs/tiny-smoke.yaml")
+    line = _one_line(capsys, "train", "--config", tiny, "--dry-run", "backbones.encoder=DIR")
+    assert "backbones.encoder: 'DIR' looks like a placeholder from the docs" in line
+    line = _one_line(capsys, "train", "--config", tiny, "--dry-run")   # the shipped smoke config, as it is
+    assert "backbones.encoder: 'PATH/TO/tiny-encoder' looks like a placeholder from the docs" in line
+    cfg = files / "run.yaml"
+    cfg.write_text("preset: tiny\ntrain:\n  init_from: <output>/epoch-7.5\n")
+    line = _one_line(capsys, "train", "--config", cfg, "--dry-run")
+    assert "train.init_from: '<output>/epoch-7.5' looks like a placeholder" in line
+
+
+def test_real_paths_and_hub_ids_are_not_placeholders(tmp_path):
+    (tmp_path / "{x}").mkdir()
+    for text in (str(tmp_path / "{x}"), "Qwen/Qwen3-0.6B-Base", "runs/gsm8k-b/model", "demo_out", "dirs/file.jsonl",
+                 "my-DIR", "FILES/x"):
+        assert placeholder(text) is None, text
+
+
+def _documented_tasks() -> dict[str, set[str]]:
+    """Every --task value the README, docs/*.md and the help texts give, by command."""
+    found: dict[str, set[str]] = {}
+    per_file = {"sampling.md": "generate", "diagnostics.md": "diagnose", "data.md": "data decontaminate"}
+    texts = [(p.name, p.read_text()) for p in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]]
+    for name, text in texts:
+        for m in re.finditer(r"--task[ =]([a-z0-9_-]+)", text):
+            cmds = re.findall(r"elfreg (generate|diagnose|eval run|data \w[\w-]*)", text[:m.start()].split("\n\n")[-1])
+            cmd = cmds[-1] if cmds else per_file.get(name)
+            if cmd:
+                found.setdefault(cmd, set()).add(m.group(1))
+    sampling = (REPO / "docs/sampling.md").read_text()
+    presets = re.search(r"\*\*Guidance scale\*\*.*?(`--task .*)", sampling).group(1)   # `--task gsm8k` (3) / `math`, ..
+    extractors = re.search(r"Default: the task's \(.*?\n.*?\)", sampling).group(0)   # `math`/`math500` -> math, ...
+    found["generate"] |= set(re.findall(r"`(?:--task )?([a-z0-9][a-z0-9-]*)`", presets))
+    found["generate"] |= set(re.findall(r"`([a-z0-9-]+)` →", extractors.replace("`/`", "` → `")))
+    return found
+
+
+def test_every_documented_task_is_accepted():
+    from elfreg.diagnose.tasks import resolve_task
+    from elfreg.sampling.cli import sampler_config_from_args
+
+    documented = _documented_tasks()
+    assert {"gsm8k", "math", "code", "humaneval", "mbpp", "mmlu", "math500", "demo-arith"} <= documented["generate"]
+    parser = build_parser()
+    for cmd, tasks in documented.items():
+        for task in sorted(tasks):
+            argv = {"generate": ["generate", "--model", "m", "--prompts", "p", "--out", "o"],
+                    "eval run": ["eval", "run", "--model", "m", "--benchmark", "gsm8k", "--out", "o"],
+                    "diagnose": ["diagnose", "--model", "m", "--prompts", "p", "--out", "o"]}.get(cmd)
+            if argv is None:   # data: --task is the kind of data
+                argv = [*cmd.split(), "--input", "x", "--output", "o", "--report", "r"]
+            action = next(a for _, a in walk_actions(parser) if "--task" in a.option_strings
+                          and _ == "elfreg " + cmd)
+            assert action.choices is None or task in action.choices, (cmd, task)
+            if cmd in ("generate", "eval run"):
+                args = parser.parse_known_args([*argv, "--task", task])[0] if cmd == "eval run" else \
+                    argparse.Namespace(**{a.dest: a.default for _, a in walk_actions(parser) if _ == "elfreg generate"})
+                args.task = task
+                cfg = sampler_config_from_args(args)
+                assert cfg.w in (2.0, 3.0)
+            if cmd == "diagnose":
+                resolve_task(task)
+
+
+def test_version_is_the_package_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"elfreg {__version__}"
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and 'version = { attr = "elfreg.__version__" }' in pyproject
+
+
+def test_every_option_has_help_showing_its_default():
+    parser = build_parser()
+    for prog, action in walk_actions(parser):
+        assert action.help and action.help != argparse.SUPPRESS, (prog, action.option_strings)
+        if action.default not in (None, False, argparse.SUPPRESS):
+            assert "default" in action.help.lower(), (prog, action.option_strings, action.help)
+    help_text = next(a for _, a in walk_actions(parser) if "--nfe" in a.option_strings).help
+    assert help_text.endswith("(default: 64)")
+
+
+def test_argument_errors_are_one_line(capsys):
+    line = _one_line(capsys, "generate", "--model", "m")
+    assert line.startswith("elfreg generate: error: the following arguments are required: --prompts, --out")
+
+
+def test_bad_input_value_error_is_one_line(capsys, files):
+    line = _one_line(capsys, "eval", "run", "--model", "m", "--benchmark", "gsm8k", "--out", files / "o", "--limit",
+                     "0")
+    assert line == "elfreg eval run: error: --limit: need >= 1, got 0"
+
+
+def test_lm_eval_dataset_download_failure_is_one_line(capsys, monkeypatch, files):
+    lm_main = pytest.importorskip("lm_eval.__main__")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")   # no hub probe: the failure below stands for it
+
+    def offline():
+        try:
+            raise OSError("[Errno -2] Name or service not known")
+        except OSError as exc:
+            raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (LocalEntryNotFoundError)") from exc
+
+    monkeypatch.setattr(lm_main, "cli_evaluate", offline)
+    line = _one_line(capsys, "lm-eval", "--model", files / "folder", "--tasks", "gsm8k", "--device", "cpu")
+    assert line.startswith("elfreg lm-eval: error: the dataset of task(s) gsm8k could not be downloaded (no network: "
+                           "Couldn't reach 'openai/gsm8k' on the Hub")
+    assert "HF_DATASETS_OFFLINE=1" in line and "--include_path" in line
+
+
+def test_lm_eval_placeholder_model_is_one_line(capsys):
+    pytest.importorskip("lm_eval")
+    line = _one_line(capsys, "lm-eval", "--model", "<path/to/model>", "--tasks", "gsm8k", "--device", "cpu")
+    assert "--model: '<path/to/model>' looks like a placeholder from the docs" in line
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_lm_eval_offline_end_to_end_is_one_line(tmp_path, tiny_lm_dir):
+    """A real lm-eval run on gsm8k without the hub: lm-eval asks for openai/gsm8k, which cannot be had."""
+    pytest.importorskip("lm_eval")
+    import subprocess
+    import sys
+
+    model = _elf_model(tmp_path / "model", encoder=str(tiny_lm_dir))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PYTHONPATH": str(REPO / "src")}
+    env.pop("HF_DATASETS_OFFLINE", None)
+    res = subprocess.run([sys.executable, "-m", "elfreg", "--log-level", "ERROR", "lm-eval", "--model", str(model),
+                          "--tasks", "gsm8k", "--num_fewshot", "0", "--limit", "1"],
+                         capture_output=True, text=True, env=env, timeout=560)
+    errors = [ln for ln in res.stderr.splitlines() if "error" in ln.lower()]
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert errors[-1].startswith("elfreg lm-eval: error: the dataset of task(s) gsm8k could not be downloaded")

@@ -7,6 +7,9 @@ import importlib
 import logging
 import sys
 
+from elfreg import __version__
+from elfreg.cliargs import error_line, is_bad_input, walk_actions
+
 # Each command's module exposes register(subparsers); listed explicitly so a broken import is an error, not a missing
 # command. A run imports its own command's module only: the others pull in matplotlib, lm-eval and more (seconds).
 COMMANDS = {
@@ -19,16 +22,49 @@ COMMANDS = {
     "lm-eval": "elfreg.lm_eval.cli",
 }
 
+# What a Ctrl-C leaves behind, by command ({out}: the output the command was given).
+INTERRUPTED = {
+    "train": "the complete checkpoints in {out} are kept; the same command resumes from the newest",
+    "generate": "the samples already in {out} are kept; the same command resumes (it skips them)",
+    "eval": "what is already in {out} (generations, scored rows) is kept; the same command resumes (it skips them)",
+    "demo": "the finished stages in {out} are kept; the same command resumes",
+    "diagnose": "nothing was written (the outputs are written whole at the end); run the command again",
+    "data": "nothing was written (the outputs are written whole at the end); run the command again",
+    "lm-eval": "lm-eval keeps no partial results (unless --use_cache was given); run the command again",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``elfreg generate: error: ...``), exit code 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Append "(default: X)" to every option's help that has a default and does not already say it."""
+    for _, action in walk_actions(parser):
+        default = action.default
+        if (action.help in (None, argparse.SUPPRESS) or default in (None, False, argparse.SUPPRESS)
+                or "default" in action.help.lower() or "%(default)" in action.help):
+            continue
+        shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        if isinstance(default, dict):
+            shown = ",".join(f"{k}={v}" for k, v in default.items())
+        action.help += f" (default: {shown.replace('%', '%%')})"
+
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser with every subcommand, or with ``command``'s alone."""
-    parser = argparse.ArgumentParser(prog="elfreg", description="ELF-REG: continuous diffusion language models.")
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser = _Parser(prog="elfreg", description="ELF-REG: continuous diffusion language models.")
+    parser.add_argument("--version", action="version", version=f"elfreg {__version__}")
+    parser.add_argument("--log-level", default="INFO", help="logging level: DEBUG, INFO, WARNING, ERROR")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, module in COMMANDS.items():
         if command is None or name == command:
             importlib.import_module(module).register(sub)
+    _show_defaults(parser)
     return parser
 
 
@@ -40,22 +76,42 @@ def _command(argv: list[str]) -> str | None:
     return argv[i] if i < len(argv) and argv[i] in COMMANDS else None
 
 
+def _prog(args: argparse.Namespace) -> str:
+    """The command as typed: ``elfreg eval run``, ``elfreg data decontaminate``, ``elfreg generate``."""
+    sub = getattr(args, "eval_command", None) or getattr(args, "data_command", None)
+    return f"elfreg {args.command}" + (f" {sub}" if sub else "")
+
+
+def _resume_note(args: argparse.Namespace) -> str:
+    """What an interrupted command kept and how to go on."""
+    out = getattr(args, "out", None) or getattr(args, "output", None)
+    return INTERRUPTED.get(args.command, "run the command again").format(out=out or "the output")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(_command(argv))
-    args, extra = parser.parse_known_args(argv)
-    if getattr(args, "passthrough_args", False):
-        args.passthrough = extra   # a command whose flags belong to another tool (elfreg lm-eval)
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        parser = build_parser(_command(argv))
+        args, extra = parser.parse_known_args(argv)
+        if getattr(args, "passthrough_args", False):
+            args.passthrough = extra   # a command whose flags belong to another tool (elfreg lm-eval)
+        elif extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:   # --help, --version and argument errors (already printed)
+        return exc.code if isinstance(exc.code, int) else 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:
+    except KeyboardInterrupt:
+        print(f"{_prog(args)}: interrupted; {_resume_note(args)}", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if not is_bad_input(exc):
+            raise
         # Bad input: one clear line, no traceback (set --log-level DEBUG for the traceback).
         logging.getLogger("elfreg").debug("traceback", exc_info=True)
-        print(f"elfreg {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{_prog(args)}: error: {error_line(exc, args)}", file=sys.stderr)
         return 2
 
 

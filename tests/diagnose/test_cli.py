@@ -118,7 +118,6 @@ def test_bad_input_fails_before_loading(tmp_path, prompts_file, capsys):
     bad.write_text(json.dumps({"prompt": "a"}) + "\n{not json\n")
     cases = [
         (["--prompts", str(bad)], "bad.jsonl:2: not valid JSON"),
-        (["--prompts", str(tmp_path / "none.jsonl")], "does not exist"),
         (["--prompts", str(prompts_file), "--readouts", "2,600"], "readouts: NFE values must lie in"),
         (["--prompts", str(prompts_file), "--task", "nope"], "--task: unknown task 'nope'"),
         (["--prompts", str(prompts_file), "--steps", "16", "--readouts", "2", "--early-nfe", "8"], "early_nfe"),
@@ -127,6 +126,9 @@ def test_bad_input_fails_before_loading(tmp_path, prompts_file, capsys):
         assert cmd_diagnose(_parse("--model", "m", "--out", str(tmp_path / "o"), *extra), load=load) == 2
         assert match in capsys.readouterr().err
     assert calls == [] and not (tmp_path / "o").exists()
+    with pytest.raises(SystemExit):   # a missing prompts file is an argument error, before anything runs
+        _parse("--model", "m", "--out", str(tmp_path / "o"), "--prompts", str(tmp_path / "none.jsonl"))
+    assert "argument --prompts: " + str(tmp_path / "none.jsonl") + ": no such file" in capsys.readouterr().err
 
 
 def test_models_in_folders_of_one_name_are_labelled_by_their_paths(tmp_path, tiny_lm_dir, prompts_file):

@@ -8,6 +8,7 @@ import itertools
 import json
 from typing import Any
 
+from elfreg.cliargs import input_file, input_path, model_ref, output_file
 from elfreg.data.canvas import CanvasConfig, special_ids
 from elfreg.data.readers import ReadStats, iter_examples
 from elfreg.data.sources import SourceSpec, preset
@@ -140,12 +141,14 @@ def cmd_canvas_stats(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser, tasks: tuple[str, ...]) -> None:
-    p.add_argument("--task", choices=tasks, required=True)
-    p.add_argument("--input", nargs="+", required=True, help="JSONL(.gz)/Parquet file(s), glob or folder")
+    p.add_argument("--task", choices=tasks, required=True, help=f"kind of training data: {', '.join(tasks)}")
+    p.add_argument("--input", nargs="+", required=True, type=input_path,
+                   help="JSONL(.gz)/Parquet file(s), glob or folder")
     p.add_argument("--preset", default=None, help="column mapping and filter of a known set (e.g. gsm8k-train)")
     p.add_argument("--columns", type=_parse_columns, default={"prompt": "prompt", "response": "response"},
                    help="role=column pairs, e.g. prompt=question,response=answer (default: prompt/response)")
-    p.add_argument("--on-bad-row", choices=("error", "skip"), default="error")
+    p.add_argument("--on-bad-row", choices=("error", "skip"), default="error",
+                   help="a row missing a column: error (naming file and line), or skip it (counted)")
 
 
 def register(subparsers: Any) -> None:
@@ -156,12 +159,14 @@ def register(subparsers: Any) -> None:
     dec = sub.add_parser("decontaminate", help="drop rows matching benchmark test problems; write rows + report "
                                                "(MMLU: `elfreg data mmlu-train` decontaminates as it builds)")
     _common(dec, ("math", "code"))
-    dec.add_argument("--output", required=True, help="cleaned JSONL (prompt/response/answer/id/source)")
-    dec.add_argument("--report", required=True, help="JSON report of dropped rows and counts")
-    dec.add_argument("--benchmarks", default=None,
+    dec.add_argument("--output", required=True, type=output_file,
+                     help="cleaned JSONL file (prompt/response/answer/id/source)")
+    dec.add_argument("--report", required=True, type=output_file, help="JSON report file of dropped rows and counts")
+    dec.add_argument("--benchmarks", default=None, type=input_path,
                      help="folder with the test sets (default: ELFREG_DATA_DIR, else the copies shipped with elfreg)")
-    dec.add_argument("--ngram", type=int, default=8)
-    dec.add_argument("--jaccard", type=float, default=0.5)
+    dec.add_argument("--ngram", type=int, default=8, help="n of the word n-grams compared")
+    dec.add_argument("--jaccard", type=float, default=0.5,
+                     help="drop a row whose n-gram Jaccard similarity to a test problem reaches this")
     from elfreg.data.decontam_code import CodeDecontamConfig  # light: no torch
 
     dec.add_argument("--ast-min-nodes", type=int, default=CodeDecontamConfig.ast_min_nodes,
@@ -170,22 +175,23 @@ def register(subparsers: Any) -> None:
 
     cs = sub.add_parser("canvas-stats", help="how many rows fit the canvas; token length statistics")
     _common(cs, ("math", "code", "choice"))
-    cs.add_argument("--tokenizer", required=True, help="tokenizer folder or hub id")
+    cs.add_argument("--tokenizer", required=True, type=model_ref, help="tokenizer folder or hub id")
     cs.add_argument("--gguf-file", default=None, help="GGUF file name inside --tokenizer")
-    cs.add_argument("--canvas-len", type=int, default=None)
-    cs.add_argument("--prompt-cap", type=int, default=None)
+    cs.add_argument("--canvas-len", type=int, default=None, help="canvas length L in tokens (default: the task's)")
+    cs.add_argument("--prompt-cap", type=int, default=None,
+                    help="longest prompt in tokens (default: the task's)")
     cs.add_argument("--limit", type=int, default=None, help="read only the first N rows")
     cs.set_defaults(func=cmd_canvas_stats)
 
     mm = sub.add_parser("mmlu-train", help="the MMLU training file: auxiliary-train questions + your rationales, "
                                            "kept when their letter is the gold one, decontaminated (spec §7)")
-    mm.add_argument("--questions", default="hub",
+    mm.add_argument("--questions", default="hub", type=input_path,
                     help="auxiliary-train questions: 'hub' (cais/mmlu, config auxiliary_train), 'hub:<dataset id>', "
                          "data.tar's auxiliary_train/ folder of CSVs, a CSV, or JSONL/Parquet {question, choices, "
                          "answer}")
     mm.add_argument("--hub-config", default="auxiliary_train", help="hub config of --questions hub")
     mm.add_argument("--hub-split", default="train", help="hub split of --questions hub")
-    mm.add_argument("--rationales", required=True, nargs="+",
+    mm.add_argument("--rationales", required=True, nargs="+", type=input_file,
                     help="JSONL(.gz) from any generator: one rationale per line, with the question's key (--key) "
                          "and the text (--text-field); several per question allowed")
     mm.add_argument("--key", choices=("id", "question"), default="id",
@@ -193,11 +199,14 @@ def register(subparsers: Any) -> None:
                          "question: field 'question' = its text (matched after normalisation)")
     mm.add_argument("--key-field", default=None, help="JSON field holding the key (default: the --key name)")
     mm.add_argument("--text-field", default="rationale", help="JSON field holding the rationale text")
-    mm.add_argument("--output", required=True, help="training JSONL (prompt/response/answer/id/question_id/...)")
-    mm.add_argument("--report", required=True, help="JSON report: counts per drop reason, examples, contamination")
-    mm.add_argument("--benchmarks", default=None,
+    mm.add_argument("--output", required=True, type=output_file,
+                    help="training JSONL file (prompt/response/answer/id/question_id/...)")
+    mm.add_argument("--report", required=True, type=output_file,
+                    help="JSON report file: counts per drop reason, examples, contamination")
+    mm.add_argument("--benchmarks", default=None, type=input_file,
                     help="MMLU test file to decontaminate against (default: the copy shipped with elfreg)")
     mm.add_argument("--no-decontaminate", action="store_true", help="keep questions that match the test set")
-    mm.add_argument("--ngram", type=int, default=8)
-    mm.add_argument("--jaccard", type=float, default=0.5)
+    mm.add_argument("--ngram", type=int, default=8, help="n of the word n-grams compared")
+    mm.add_argument("--jaccard", type=float, default=0.5,
+                    help="drop a question whose n-gram Jaccard similarity to a test question reaches this")
     mm.set_defaults(func=cmd_mmlu_train)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from elfreg.atomic import atomic_write, atomic_write_text
+from elfreg.cliargs import device, error_line, input_file, model_ref, output_dir
 from elfreg.diagnose.config import STATE_DTYPES, DiagnoseConfig
 from elfreg.diagnose.plot import plot_diagnostics
 from elfreg.diagnose.run import diagnose_model, read_problems
@@ -33,14 +34,15 @@ def register(subparsers: Any) -> None:
     """Add the `diagnose` subcommand to an argparse subparsers object."""
     p = subparsers.add_parser("diagnose", help="trajectory diagnostics: end-point error, stability, agreement (spec §9)",
                               description=__doc__)
-    p.add_argument("--model", required=True, help="model directory (ElfModel.from_pretrained)")
-    p.add_argument("--model2", default=None, help="a second model to compare (e.g. ELF vs ELF-REG)")
+    p.add_argument("--model", required=True, type=model_ref, help="model folder or hub id (ElfModel.from_pretrained)")
+    p.add_argument("--model2", default=None, type=model_ref, help="a second model to compare (e.g. ELF vs ELF-REG)")
     p.add_argument("--label", default=None,
                    help="name of --model in the outputs (default: its folder name, or as much of its path as tells it "
                         "from --model2's, e.g. ELF/seed-0/model)")
     p.add_argument("--label2", default=None, help="name of --model2 in the outputs (default: as --label)")
-    p.add_argument("--prompts", required=True, help="JSONL: 'prompt' string, optional 'answer' and 'id' per line")
-    p.add_argument("--out", required=True, help="output folder for diagnostics.json and diagnostics.png")
+    p.add_argument("--prompts", required=True, type=input_file,
+                   help="JSONL file: 'prompt' string, optional 'answer' and 'id' per line")
+    p.add_argument("--out", required=True, type=output_dir, help="output folder for diagnostics.json and diagnostics.png")
     p.add_argument("--steps", type=int, default=512, help="M: points of the master path (M - 1 denoiser calls)")
     p.add_argument("--readouts", type=_ints, default=None,
                    help="read-out NFE values N (clean prediction d_{N-2}); the end N = M is always added "
@@ -50,13 +52,14 @@ def register(subparsers: Any) -> None:
                    help="early-stop NFE of the closing table (default 64 if a read-out, else the middle one)")
     p.add_argument("--accel-steps", type=int, default=None,
                    help="points of the uniform acceleration path (default --steps; 0 skips it)")
-    p.add_argument("--task", default="gsm8k", help="answer extractor / scorer (built-in: gsm8k, exact)")
+    p.add_argument("--task", default="gsm8k",
+                   help="answer extractor / scorer: gsm8k, exact (the whole text), demo-arith, demo-chain")
     p.add_argument("--w", type=float, default=None, help="guidance scale (default: the task's preset, else 3)")
     p.add_argument("--sigma", type=float, default=None, help="noise scale (default: the model's training sigma)")
     p.add_argument("--drop-reg", action="store_true", help="ablation: omit the REG token at inference")
     p.add_argument("--state-dtype", default="float32", help=f"storage of read-out states: {', '.join(STATE_DTYPES)}")
     p.add_argument("--batch-size", type=int, default=8, help="rows per network call")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--device", default=None, type=device, help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--exit-check-every", type=int, default=None,
                    help="adaptive exit rule (docs/sampling.md): note where it would stop each path, checking the "
@@ -168,7 +171,7 @@ def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], L
         task = resolve_task(args.task, task_lookup)
         problems = read_problems(args.prompts)
     except (ValueError, FileNotFoundError) as exc:
-        print(f"elfreg diagnose: error: {exc}", file=sys.stderr)
+        print(f"elfreg diagnose: error: {error_line(exc, args)}", file=sys.stderr)
         return 2
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     paths = [args.model] + ([args.model2] if args.model2 else [])
@@ -185,7 +188,7 @@ def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], L
             results[label] = diagnose_model(loaded.network, loaded.encoder, loaded.tokenizer, problems, mcfg, task,
                                             device, loaded.max_prompt_len, progress=not args.no_progress)
         except ValueError as exc:
-            print(f"elfreg diagnose: error: {exc}", file=sys.stderr)
+            print(f"elfreg diagnose: error: {error_line(exc, args)}", file=sys.stderr)
             return 2
         settings[label] = {"model": str(path), **mcfg.to_dict(), "prompts": problems.source}
     out = Path(args.out)

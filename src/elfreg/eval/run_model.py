@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 
 from elfreg.atomic import atomic_write_text
+from elfreg.cliargs import input_file, model_ref, output_dir
 from elfreg.sampling.answers import answer_for
-from elfreg.sampling.config import w_for_task
 from elfreg.sampling.exit import nfe_summary
 
 from ..sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig, TimeRule
@@ -56,13 +56,16 @@ def register_run(sub) -> None:
     from elfreg.sampling.cli import add_sampler_arguments
 
     p = sub.add_parser("run", help="generate with an elfreg model on a benchmark, then score it")
-    p.add_argument("--model", required=True, help="model folder or hub id (ElfModel.from_pretrained)")
+    p.add_argument("--model", required=True, type=model_ref, help="model folder or hub id (ElfModel.from_pretrained)")
     p.add_argument("--benchmark", required=True, help=f"one of {', '.join(default_registry().names())}")
-    p.add_argument("--data", default=None, help="benchmark file (default: the copy shipped with elfreg)")
-    p.add_argument("--out", required=True, help="run folder")
+    p.add_argument("--data", default=None, type=input_file,
+                   help="benchmark file (default: the copy shipped with elfreg)")
+    p.add_argument("--out", required=True, type=output_dir,
+                   help="run folder: prompts, generations, samples, results, summary (resumed when it exists)")
     p.add_argument("--limit", type=int, default=None, help="only the first N problems (reported as a subset)")
     p.add_argument("--workers", type=int, default=2, help="scoring workers")
-    p.add_argument("--isolation", default="auto", choices=list(ISOLATION_CHOICES))
+    p.add_argument("--isolation", default="auto", choices=list(ISOLATION_CHOICES),
+                   help="code sandbox, as eval score's --isolation")
     p.add_argument("--protocol", default="none",
                    help=f"one of {', '.join(protocol_names())}: per-benchmark sampling runs (sampler, NFE, rho, w, "
                         "samples) and pass@k (docs/evaluation.md); any flag given on the command line overrides it "
@@ -219,6 +222,8 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     writes each into ``--out/<label>`` and a combined summary.json / summary.md into ``--out``."""
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit: need >= 1, got {args.limit}")
+    from elfreg.sampling.cli import task_w
+
     registry = default_registry()
     if args.benchmark not in registry.names():
         raise ValueError(f"--benchmark: unknown benchmark {args.benchmark!r}; one of {', '.join(registry.names())}")
@@ -230,7 +235,7 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     for i, resolved in enumerate(runs):
         if resolved.values["w"] is None:  # a w preset by name (--task, else the benchmark kind's): record the number
             task = resolved.values["task"] or W_TASK[bench.kind]
-            runs[i] = dataclasses.replace(resolved, values={**resolved.values, "task": task, "w": w_for_task(task)})
+            runs[i] = dataclasses.replace(resolved, values={**resolved.values, "task": task, "w": task_w(task)})
     problems = bench.problems[: args.limit] if args.limit else bench.problems
     # the adaptive exit rule watches the answer the benchmark scores (code: the whole response); every sampler
     # setting is checked before any work, errors naming the field

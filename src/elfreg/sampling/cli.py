@@ -11,24 +11,30 @@ from typing import Any, Callable
 
 import torch
 
-from elfreg.sampling.answers import EXTRACTORS, answer_for
-from elfreg.sampling.config import GRIDS, SAMPLERS, SamplerConfig, w_for_task
+from elfreg.cliargs import device, error_line, input_file, model_ref, output_file
+from elfreg.sampling.answers import EXTRACTORS, TASK_EXTRACTORS, answer_for
+from elfreg.sampling.config import GRIDS, SAMPLERS, W_PRESETS, SamplerConfig, w_for_task
 from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.results_io import read_records
 from elfreg.sampling.run import generate_to_file, read_prompts
 
 PROMPT_FORMATS = ("template", "raw")
+# --task names a task: its w preset (else w = 3) and its answer extractor (else the whole text).
+TASKS = tuple(sorted(set(W_PRESETS) | set(TASK_EXTRACTORS)))
 
 
 def register(subparsers: Any) -> None:
     """Add the `generate` subcommand to an argparse subparsers object."""
     p = subparsers.add_parser("generate", help="generate responses with an ELF-REG model (spec §5)",
                               description=__doc__)
-    p.add_argument("--model", required=True, help="model directory (ElfModel.from_pretrained)")
-    p.add_argument("--prompts", required=True, help="JSONL file, one object with a 'prompt' string per line")
+    p.add_argument("--model", required=True, type=model_ref,
+                   help="model folder or hub id (ElfModel.from_pretrained)")
+    p.add_argument("--prompts", required=True, type=input_file,
+                   help="JSONL file, one object with a 'prompt' string per line")
     p.add_argument("--prompt-field", default="prompt", help="JSON field holding the prompt text")
-    p.add_argument("--out", required=True, help="results JSONL (appended; existing samples are skipped)")
+    p.add_argument("--out", required=True, type=output_file,
+                   help="results JSONL file (appended; existing samples are skipped)")
     add_sampler_arguments(p)
     p.set_defaults(func=cmd_generate)
 
@@ -43,7 +49,9 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--p", type=float, default=0.5, help="renoise grid power")
     p.add_argument("--eta", type=float, default=1.2, help="renoise noise multiplier")
     p.add_argument("--w", type=float, default=None, help="guidance scale w (default: --task preset, else 3)")
-    p.add_argument("--task", default=None, help="w preset: gsm8k (3), math / code (2)")
+    p.add_argument("--task", default=None, choices=TASKS, metavar="TASK",
+                   help=f"one of {', '.join(TASKS)}: its w preset (gsm8k 3; math, math500, code, humaneval, mbpp 2; "
+                        "else 3) and its answer extractor (--extract)")
     p.add_argument("--sigma", type=float, default=None, help="noise scale of y_0 (default: the model's training sigma)")
     p.add_argument("--drop-reg", action="store_true", help="ablation: omit the REG token at inference")
     p.add_argument("--check-every", type=int, default=DEFAULT_EXIT["check_every"],
@@ -58,7 +66,7 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=int, default=1, help="samples per prompt")
     p.add_argument("--seed", type=int, default=0, help="generation seed; sample noise = f(seed, prompt, sample)")
     p.add_argument("--batch-size", type=int, default=16, help="rows per network call")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--device", default=None, type=device, help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--prompt-format", default="template", choices=PROMPT_FORMATS,
                    help="template: each prompt is a bare question, put inside the model's saved prompt template "
@@ -67,11 +75,16 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
 
 def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
     """SamplerConfig from parsed arguments (ValueError naming the field on bad input)."""
-    w = args.w if args.w is not None else (w_for_task(args.task) if args.task else SamplerConfig.w)
+    w = args.w if args.w is not None else task_w(args.task)
     sigma = SamplerConfig.sigma if args.sigma is None else args.sigma
     return SamplerConfig(sampler=args.sampler, nfe=args.nfe, rho=args.rho, grid=args.grid, p=args.p, eta=args.eta,
                          w=w, sigma=sigma, drop_reg=args.drop_reg, seed=args.seed, check_every=args.check_every,
                          patience=args.patience, min_nfe=args.min_nfe, extract=args.extract or answer_for(args.task))
+
+
+def task_w(task: str | None) -> float:
+    """The guidance scale --task implies: its preset (spec §5), else the default w."""
+    return w_for_task(task) if task and task.lower() in W_PRESETS else SamplerConfig.w
 
 
 @dataclass
@@ -128,7 +141,7 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
         cfg = sampler_config_from_args(args)
         prompts = read_prompts(args.prompts, args.prompt_field)
     except (ValueError, FileNotFoundError) as exc:
-        print(f"elfreg generate: error: {exc}", file=sys.stderr)
+        print(f"elfreg generate: error: {error_line(exc, args)}", file=sys.stderr)
         return 2
     rank = 0
     if world > 1 and not torch.distributed.is_initialized():
@@ -152,7 +165,7 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
     try:
         pipeline.validate(prompts.prompts, prompts.source, prompts.lines)
     except ValueError as exc:
-        print(f"elfreg generate: error: {exc}", file=sys.stderr)
+        print(f"elfreg generate: error: {error_line(exc, args)}", file=sys.stderr)
         return 2
     try:
         n = generate_to_file(pipeline, prompts, args.out, args.samples, rank=rank, world=world,

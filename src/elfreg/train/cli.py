@@ -6,10 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from elfreg.cliargs import config_placeholder, cuda_problem, error_line, input_file, output_dir, torch_index
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", required=True, help="run YAML (configs/...)")
-    p.add_argument("--output", help="run folder: checkpoints, metrics.jsonl, model/ (not needed with --dry-run)")
+    """The ``train`` flags (shared by ``elfreg train`` and ``python -m elfreg.train``)."""
+    p.add_argument("--config", required=True, type=input_file, help="run YAML (configs/...)")
+    p.add_argument("--output", type=output_dir,
+                   help="run folder: checkpoints, metrics.jsonl, model/ (not needed with --dry-run)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan (rows, tokens per row, overflow, epochs, steps, tokens, warm-up, the paper's "
                         "budget) without training: one tokenizer pass over the data, no model")
@@ -18,23 +22,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. train.lr=1e-3")
 
 
+def _fail(exc: BaseException, args: argparse.Namespace) -> int:
+    print(f"elfreg train: error: {error_line(exc, args)}", file=sys.stderr)
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
-    from elfreg.configtools import ConfigError
+    """Run ``elfreg train``; returns the exit code (2: bad input, 3: training diverged)."""
+    from elfreg.configtools import ConfigError, to_dict
     from elfreg.train.config import load_run_config
     from elfreg.train.plan import format_plan
     from elfreg.train.trainer import TrainingDiverged, plan_run, train
 
     try:
         cfg = load_run_config(args.config, args.overrides)
-    except ConfigError as exc:
-        print(f"elfreg train: {exc}", file=sys.stderr)
-        return 2
+        unreplaced = config_placeholder(to_dict(cfg))
+        if unreplaced:
+            raise ConfigError(f"{args.config}: {unreplaced}")
+        no_cuda = cfg.train.device.startswith("cuda") and cuda_problem(torch_index(cfg.train.device))
+        if no_cuda:
+            raise ConfigError(f"train.device = {cfg.train.device}: {no_cuda}; set train.device=cpu (or auto)")
+    except (ConfigError, ValueError, OSError) as exc:
+        return _fail(exc, args)
     if args.dry_run:
         try:
             plan = plan_run(cfg)
         except (ConfigError, FileNotFoundError, ValueError, OSError) as exc:
-            print(f"elfreg train: {exc}", file=sys.stderr)
-            return 2
+            return _fail(exc, args)
         print(f"plan of {args.config} (dry run: nothing trained)")
         print(format_plan(plan))
         return 0
@@ -47,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"elfreg train: {exc}", file=sys.stderr)
         return 3
     except (ConfigError, FileNotFoundError, ValueError) as exc:
-        print(f"elfreg train: {exc}", file=sys.stderr)
-        return 2
+        return _fail(exc, args)
     if res.model_dir is not None:
         sm = res.summary
         epoch = f", epoch {sm['epoch']:.4g}" if "epoch" in sm else ""
@@ -66,6 +79,7 @@ def register(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m elfreg.train``: the ``train`` command alone."""
     parser = argparse.ArgumentParser(prog="python -m elfreg.train")
     add_arguments(parser)
     return run(parser.parse_args(argv))
