@@ -153,7 +153,7 @@ def test_lm_eval_cuda_without_cuda_is_one_line_before_lm_eval_runs(capsys, monke
     lm_main = pytest.importorskip("lm_eval.__main__")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    monkeypatch.setattr(lm_main, "cli_evaluate", _interrupt)   # must not be reached
+    monkeypatch.setattr(lm_main, "cli_evaluate", lambda: pytest.fail("lm-eval ran"))
     line = _one_line(capsys, "lm-eval", "--model", files / "folder", "--tasks", "gsm8k", "--device", "cuda")
     assert line.startswith("elfreg lm-eval: error: --device cuda: CUDA is not available")
 
