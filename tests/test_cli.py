@@ -170,6 +170,7 @@ def _interrupt(*_, **__):
     (["train", "--config", str(REPO / "configs/tiny-smoke.yaml"), "--output", "{t}/run",
       "backbones.encoder={t}/folder", "backbones.teacher={t}/folder"],
      "elfreg.train.trainer.train", "the complete checkpoints in {t}/run are kept"),
+    (["demo", "--out", "{t}/demo"], "elfreg.demo.run.run_demo", "the finished stages in {t}/demo are kept"),
 ], ids=lambda a: a[0] if isinstance(a, list) else "")
 def test_ctrl_c_is_one_line_saying_what_was_kept_and_how_to_resume(capsys, monkeypatch, files, argv, target, kept):
     monkeypatch.setattr(target, _interrupt)
@@ -190,9 +191,12 @@ LATIN1 = '{"prompt": "caf\xe9"}\n'.encode("latin-1")
     (["train", "--config", "{bad}", "--dry-run"], "preset: tiny-smoke # caf\xe9"),
     (["data", "decontaminate", "--task", "math", "--input", "{bad}", "--output", "{t}/o", "--report", "{t}/r"],
      '{"prompt": "caf\xe9", "response": "r"}'),
-], ids=lambda a: a[0] if isinstance(a, list) else "")
+    (["data", "decontaminate", "--task", "math", "--input", "{t}/data", "--output", "{t}/o", "--report", "{t}/r"],
+     '{"prompt": "caf\xe9", "response": "r"}'),
+], ids=lambda a: a[0] + ("-folder" if "{t}/data" in a else "") if isinstance(a, list) else "")
 def test_non_utf8_input_is_one_line_naming_file_and_line(capsys, files, argv, bad):
-    path = files / "bad.jsonl"
+    (files / "data").mkdir()
+    path = files / ("data/bad.jsonl" if "{t}/data" in argv else "bad.jsonl")
     path.write_bytes(("# ok\n" if argv[0] == "train" else "").encode() + (bad + "\n").encode("latin-1"))
     line = _one_line(capsys, *(a.format(bad=path, t=files) for a in argv))
     assert f"{path}:{2 if argv[0] == 'train' else 1}: not UTF-8 text (byte 0xe9)" in line
@@ -206,6 +210,11 @@ def test_utf8_problem_finds_the_line_across_chunk_borders(tmp_path):
                                  "(e.g. iconv -f latin1 -t utf-8)"
     path.write_bytes("é\n".encode() * 3)
     assert utf8_problem(path) is None
+    import gzip
+
+    gz = tmp_path / "t.jsonl.gz"
+    gz.write_bytes(gzip.compress(b"ok\n\xe9\n"))
+    assert utf8_problem(gz).startswith(f"{gz}:2: not UTF-8 text (byte 0xe9)")
 
 
 # Placeholder forms of the README, docs/*.md and configs/ (<output>/model, <dir>, DIR, FILE.jsonl) and common ones.

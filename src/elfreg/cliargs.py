@@ -121,8 +121,8 @@ def model_ref(text: str) -> str:
     """A model folder or hub id (argparse type): refuses a file and a placeholder."""
     _refuse_placeholder(text, "your model folder (config.json, model.safetensors) or a hub id")
     if Path(text).expanduser().is_file():
-        raise argparse.ArgumentTypeError(f"{text} is a file; give the model folder (config.json, model.safetensors) "
-                                         "or a hub id")
+        raise argparse.ArgumentTypeError(f"{text} is a file; give the folder (an elfreg model: config.json, "
+                                         "model.safetensors) or a hub id")
     return text
 
 
@@ -161,10 +161,12 @@ def cuda_problem(index: int | None = None) -> str | None:
 
 
 def utf8_problem(path: str | os.PathLike) -> str | None:
-    """``FILE:LINE: not UTF-8 text ...`` for the first byte of ``path`` that is not UTF-8, or None (read in 1 MiB
-    chunks: linear time)."""
+    """``FILE:LINE: not UTF-8 text ...`` for the first byte of ``path`` (``.gz``: of its contents) that is not UTF-8,
+    or None (read in 1 MiB chunks: linear time)."""
+    import gzip
+
     line, pending = 1, b""
-    with open(path, "rb") as f:
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "rb") as f:
         while True:
             chunk = f.read(1 << 20)
             data = pending + chunk
@@ -185,12 +187,24 @@ def utf8_problem(path: str | os.PathLike) -> str | None:
                 return None
 
 
+# Files that are never text (skipped when looking for the one that is not UTF-8), and the text files looked at
+# inside a folder given as an argument (a data folder, a model folder's config.json).
+_BINARY = (".safetensors", ".parquet", ".arrow", ".gguf", ".bin", ".pt", ".png", ".zst")
+_TEXT = (".jsonl", ".json", ".yaml", ".yml", ".csv", ".txt", ".jsonl.gz", ".json.gz", ".csv.gz")
+
+
 def _arg_files(args: argparse.Namespace | None) -> Iterator[Path]:
-    """The existing files named by the parsed arguments (strings and lists of strings)."""
+    """The existing files named by the parsed arguments (strings and lists of strings), and the text files in the
+    folders they name."""
     for value in vars(args or argparse.Namespace()).values():
         for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, str) and "\0" not in item and Path(item).expanduser().is_file():
-                yield Path(item).expanduser()
+            if not isinstance(item, str) or "\0" in item:
+                continue
+            path = Path(item).expanduser()
+            if path.is_file() and not path.name.endswith(_BINARY):
+                yield path
+            elif path.is_dir():
+                yield from sorted(p for p in path.rglob("*") if p.name.endswith(_TEXT) and p.is_file())
 
 
 def _safetensors_file(exc: BaseException) -> str | None:
