@@ -164,7 +164,7 @@ def _interrupt(*_, **__):
 
 @pytest.mark.parametrize("argv, target, kept", [
     (["eval", "score", "--benchmark", "gsm8k", "--completions", "{t}/c.jsonl", "--out", "{t}/o", "--allow-subset"],
-     "elfreg.eval.cli.score_completions", "what is already in {t}/o (generations, scored rows) is kept"),
+     "elfreg.eval.cli.score_completions", "the rows already in {t}/o (scored; eval run: generated too) are kept"),
     (["generate", "--model", "{t}/model", "--prompts", "{t}/p.jsonl", "--out", "{t}/o.jsonl"],
      "elfreg.hub.ElfModel.from_pretrained", "the samples already in {t}/o.jsonl are kept"),
     (["train", "--config", str(REPO / "configs/tiny-smoke.yaml"), "--output", "{t}/run",
@@ -180,7 +180,35 @@ def test_ctrl_c_is_one_line_saying_what_was_kept_and_how_to_resume(capsys, monke
     assert "the same command resumes" in line
 
 
-LATIN1 = '{"prompt": "caf\xe9"}\n'.encode("latin-1")
+@pytest.mark.timeout(240)
+def test_a_real_ctrl_c_while_scoring_is_one_line_and_keeps_the_rows(tmp_path):
+    """SIGINT to ``elfreg eval score`` once rows are being written: one line, exit code 130, the rows stay."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from elfreg.eval.datasets import load_benchmark
+
+    comp = tmp_path / "c.jsonl"
+    comp.write_text("".join(json.dumps({"task_id": p.task_id, "completion": f"\\boxed{{{s}}}", "sample": s}) + "\n"
+                            for s in range(8) for p in load_benchmark("math500").problems))
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "elfreg", "--log-level", "ERROR", "eval", "score", "--benchmark",
+                             "math500", "--completions", str(comp), "--out", str(out), "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None and \
+            not (results.exists() and results.stat().st_size > 0):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("elfreg eval score: interrupted; the rows already in ")
+    assert 0 < len(results.read_text().splitlines()) < 8 * 500
+
 
 
 @pytest.mark.parametrize("argv, bad", [

@@ -26,7 +26,8 @@ COMMANDS = {
 INTERRUPTED = {
     "train": "the complete checkpoints in {out} are kept; the same command resumes from the newest",
     "generate": "the samples already in {out} are kept; the same command resumes (it skips them)",
-    "eval": "what is already in {out} (generations, scored rows) is kept; the same command resumes (it skips them)",
+    "eval": "the rows already in {out} (scored; eval run: generated too) are kept; the same command resumes (it "
+            "skips them)",
     "demo": "the finished stages in {out} are kept; the same command resumes",
     "diagnose": "nothing was written (the outputs are written whole at the end); run the command again",
     "data": "nothing was written (the outputs are written whole at the end); run the command again",

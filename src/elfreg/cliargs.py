@@ -248,7 +248,10 @@ def error_line(exc: BaseException, args: argparse.Namespace | None = None) -> st
     """The one line a person reads for ``exc``: the file it concerns and what to do, where that can be found."""
     if isinstance(exc, UnicodeDecodeError):
         for path in _arg_files(args):
-            problem = utf8_problem(path)
+            try:
+                problem = utf8_problem(path)
+            except (OSError, EOFError):   # unreadable, or a .gz that is not one: not the file looked for
+                continue
             if problem:
                 return problem
         return f"an input file is not UTF-8 text ({exc}); save it as UTF-8"

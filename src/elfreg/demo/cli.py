@@ -14,14 +14,15 @@ def register(subparsers: Any) -> None:
     """Add the `demo` subcommand."""
     p = subparsers.add_parser("demo", help="train ELF and ELF-REG on a built-in task with a real frozen SmolLM2, "
                                            "evaluate every sampler, write a report (CPU, ~10 min)")
-    p.add_argument("--out", default="demo_out", type=output_dir, help="output folder (report.md, plots, results.json, models)")
+    p.add_argument("--out", default="demo_out", type=output_dir,
+                   help="output folder (report.md, plots, results.json, models; resumed when it exists)")
     p.add_argument("--quick", action="store_true", help="a reduced run (about a minute): every stage, tiny budgets "
                                                          "(the same as --preset quick)")
     p.add_argument("--preset", default=None, help="named settings applied before the overrides: quick, or harder "
                                                   "(three dependent steps, where NFE and the samplers differ; "
                                                   "docs/demo.md); default: the defaults")
-    p.add_argument("--cache-dir", default=None, type=output_dir, help="feature cache (default $ELFREG_CACHE_DIR/features or "
-                                                     "~/.cache/elfreg/features)")
+    p.add_argument("--cache-dir", default=None, type=output_dir,
+                   help="feature cache (default $ELFREG_CACHE_DIR/features or ~/.cache/elfreg/features)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="settings, e.g. train.steps=300 eval.seeds=[0]")
     p.set_defaults(func=cmd_demo)

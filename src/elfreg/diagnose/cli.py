@@ -42,7 +42,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--label2", default=None, help="name of --model2 in the outputs (default: as --label)")
     p.add_argument("--prompts", required=True, type=input_file,
                    help="JSONL file: 'prompt' string, optional 'answer' and 'id' per line")
-    p.add_argument("--out", required=True, type=output_dir, help="output folder for diagnostics.json and diagnostics.png")
+    p.add_argument("--out", required=True, type=output_dir,
+                   help="output folder for diagnostics.json and diagnostics.png")
     p.add_argument("--steps", type=int, default=512, help="M: points of the master path (M - 1 denoiser calls)")
     p.add_argument("--readouts", type=_ints, default=None,
                    help="read-out NFE values N (clean prediction d_{N-2}); the end N = M is always added "
