@@ -81,6 +81,12 @@ def register_run(sub) -> None:
     add_sampler_arguments(p)
     # None = "not given", so a protocol can fill it and the report can say where each value came from.
     p.set_defaults(func=cmd_eval_run, sampler=None, nfe=None, rho=None, samples=None)
+    for action in p._actions:
+        if action.dest in ("sampler", "nfe", "rho", "samples"):
+            action.help += " (default: the --protocol run's, else as elfreg generate)"
+        elif action.dest == "w":
+            action.help = ("guidance scale w (default: the --task preset, else the --protocol run's, else the "
+                           "benchmark kind's preset: gsm8k and exact 3, math, code and choice 2)")
 
 
 def write_prompts(bench, problems, path: Path) -> None:

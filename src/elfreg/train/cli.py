@@ -80,6 +80,13 @@ def register(subparsers) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m elfreg.train``: the ``train`` command alone."""
+    from elfreg.cli import INTERRUPTED
+
     parser = argparse.ArgumentParser(prog="python -m elfreg.train")
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print(f"python -m elfreg.train: interrupted; {INTERRUPTED['train'].format(out=args.output)}", file=sys.stderr)
+        return 130
