@@ -180,9 +180,10 @@ def test_ctrl_c_is_one_line_saying_what_was_kept_and_how_to_resume(capsys, monke
     assert "the same command resumes" in line
 
 
-@pytest.mark.timeout(240)
-def test_a_real_ctrl_c_while_scoring_is_one_line_and_keeps_the_rows(tmp_path):
-    """SIGINT to ``elfreg eval score`` once rows are being written: one line, exit code 130, the rows stay."""
+@pytest.mark.timeout(300)
+def test_a_real_ctrl_c_while_scoring_is_one_line_keeps_the_rows_and_resumes(tmp_path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) while ``elfreg eval score`` writes rows: one
+    line, exit code 130, the rows stay; the same command then scores the rest, each row once."""
     import signal
     import subprocess
     import sys
@@ -190,25 +191,31 @@ def test_a_real_ctrl_c_while_scoring_is_one_line_and_keeps_the_rows(tmp_path):
 
     from elfreg.eval.datasets import load_benchmark
 
+    problems = load_benchmark("mmlu").problems
     comp = tmp_path / "c.jsonl"
-    comp.write_text("".join(json.dumps({"task_id": p.task_id, "completion": f"\\boxed{{{s}}}", "sample": s}) + "\n"
-                            for s in range(8) for p in load_benchmark("math500").problems))
+    comp.write_text("".join(json.dumps({"task_id": p.task_id, "completion": "The answer is (B) " + "x " * 200,
+                                        "sample": s}) + "\n" for s in range(4) for p in problems))
     out = tmp_path / "o"
-    proc = subprocess.Popen([sys.executable, "-m", "elfreg", "--log-level", "ERROR", "eval", "score", "--benchmark",
-                             "math500", "--completions", str(comp), "--out", str(out), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    argv = [sys.executable, "-m", "elfreg", "--log-level", "ERROR", "eval", "score", "--benchmark", "mmlu",
+            "--completions", str(comp), "--out", str(out), "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
     results = out / "results.jsonl"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None and \
             not (results.exists() and results.stat().st_size > 0):
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
-    assert err.strip().splitlines()[-1].startswith("elfreg eval score: interrupted; the rows already in ")
-    assert 0 < len(results.read_text().splitlines()) < 8 * 500
-
+    assert err.strip().splitlines() == [f"elfreg eval score: interrupted; the rows already in {out} (scored; eval run: "
+                                        "generated too) are kept; the same command resumes (it skips them)"]
+    kept = len(results.read_text().splitlines())
+    assert 0 < kept < 4 * len(problems)
+    subprocess.run(argv, capture_output=True, env=env, check=True, timeout=200)
+    keys = [(r["task_id"], r["sample"]) for r in map(json.loads, results.read_text().splitlines())]
+    assert len(keys) == len(set(keys)) == 4 * len(problems)
 
 
 @pytest.mark.parametrize("argv, bad", [
