@@ -45,7 +45,7 @@ from helpers import REPO  # noqa: E402
 
 from elfreg import __version__  # noqa: E402
 from elfreg.cli import main  # noqa: E402
-from elfreg.cliargs import placeholder, utf8_problem, walk_actions  # noqa: E402
+from elfreg.cliargs import config_placeholder, placeholder, utf8_problem, walk_actions  # noqa: E402
 
 
 def _run(capsys, *argv):
@@ -237,6 +237,17 @@ def test_non_utf8_input_is_one_line_naming_file_and_line(capsys, files, argv, ba
     assert f"{path}:{2 if argv[0] == 'train' else 1}: not UTF-8 text (byte 0xe9)" in line
 
 
+@pytest.mark.timeout(120)
+def test_a_non_utf8_training_file_named_in_the_config_is_one_line(capsys, tmp_path, tiny_lm_dir):
+    data = tmp_path / "sums.jsonl"
+    data.write_bytes(b'{"prompt": "1+1", "response": "2"}\n{"prompt": "caf\xe9", "response": "2"}\n')
+    source = (f"data.sources=[{{name: s, task: math, path: {data}, format: jsonl, "
+              "columns: {prompt: prompt, response: response}}]")
+    line = _one_line(capsys, "train", "--config", REPO / "configs/tiny-smoke.yaml", "--dry-run",
+                     f"backbones.encoder={tiny_lm_dir}", f"backbones.teacher={tiny_lm_dir}", source)
+    assert f"{data}:2: not UTF-8 text (byte 0xe9)" in line
+
+
 def test_utf8_problem_finds_the_line_across_chunk_borders(tmp_path):
     path = tmp_path / "big.txt"
     # "é" (2 bytes) split by the 1 MiB chunk border, then a bad byte on line 3
@@ -282,6 +293,10 @@ def test_real_paths_and_hub_ids_are_not_placeholders(tmp_path):
     for text in (str(tmp_path / "{x}"), "Qwen/Qwen3-0.6B-Base", "runs/gsm8k-b/model", "demo_out", "dirs/file.jsonl",
                  "my-DIR", "FILES/x"):
         assert placeholder(text) is None, text
+    assert config_placeholder({"data": {"sources": [{"path": "{shared}/data/gsm8k/train.jsonl"}]}}) is None
+    assert config_placeholder({"data": {"sources": [{"path": "x.jsonl"}, {"hub_id": "YOUR_DATASET"}]}}) == (
+        "data.sources[1].hub_id: 'YOUR_DATASET' looks like a placeholder from the docs (YOUR_DATASET); replace it "
+        "with your own path or hub id")
 
 
 def _documented_tasks() -> dict[str, set[str]]:

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 # Placeholder forms the README, docs/*.md and configs/ use for paths a reader must fill in: <output>/model, <dir>,
-# DIR, FILE.jsonl, FOLDER, plus the common /path/to/..., {model}, PATH_TO_MODEL and YOUR_MODEL.
+# DIR, FILE.jsonl, FOLDER, PATH/TO/..., plus the common /path/to/..., {model}, PATH_TO_MODEL and YOUR_MODEL.
+# {shared} is no placeholder: a data source's path may hold it for the shared folder (train.config.source_specs).
 _PLACEHOLDER = re.compile(
     r"<[^<>]*[A-Za-z][^<>]*>"
     r"|(?:^|[/\\])[Pp]ath[/\\]to(?:[/\\]|$)"
-    r"|\{[A-Za-z_][A-Za-z0-9_]*\}"
+    r"|\{(?!shared\})[A-Za-z_][A-Za-z0-9_]*\}"
     r"|\b(?:PATH_TO|YOUR)_[A-Za-z0-9_]+"
     r"|(?:^|[/\\])(?:DIR|FILE|FOLDER|PATH)(?:\.[A-Za-z0-9.]+)?(?=[/\\]|$)")
 

@@ -22,8 +22,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. train.lr=1e-3")
 
 
-def _fail(exc: BaseException, args: argparse.Namespace) -> int:
-    print(f"elfreg train: error: {error_line(exc, args)}", file=sys.stderr)
+def _fail(exc: BaseException, args: argparse.Namespace, cfg=None) -> int:
+    """Print the one line for bad input; the config's local data files are among the files it may name."""
+    paths = [s["path"] for s in cfg.data.sources if s.get("path")] if cfg is not None else []
+    print(f"elfreg train: error: {error_line(exc, argparse.Namespace(**vars(args), data_paths=paths))}",
+          file=sys.stderr)
     return 2
 
 
@@ -48,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             plan = plan_run(cfg)
         except (ConfigError, FileNotFoundError, ValueError, OSError) as exc:
-            return _fail(exc, args)
+            return _fail(exc, args, cfg)
         print(f"plan of {args.config} (dry run: nothing trained)")
         print(format_plan(plan))
         return 0
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"elfreg train: {exc}", file=sys.stderr)
         return 3
     except (ConfigError, FileNotFoundError, ValueError) as exc:
-        return _fail(exc, args)
+        return _fail(exc, args, cfg)
     if res.model_dir is not None:
         sm = res.summary
         epoch = f", epoch {sm['epoch']:.4g}" if "epoch" in sm else ""
