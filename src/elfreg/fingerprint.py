@@ -149,19 +149,21 @@ def move_aside(paths: list[Path]) -> list[Path]:
 
 
 def claim(record: Path, settings: dict[str, Any], existing: list[Path], restart: bool = False,
-          aside: list[Path] | None = None, flag: str = "--out", write: bool = True) -> str:
+          aside: list[Path] | None = None, flag: str = "--out", write: bool = True,
+          where: Path | None = None) -> str:
     """Check ``settings`` against the fingerprint in ``record`` (writing it for a new output); returns the row key.
 
     ``existing``: the outputs whose presence means there are results to reuse; ``aside``: what ``restart`` moves
     away first (default: ``existing`` and ``record``). Raises RunMismatch (one line) when the recorded settings
     differ from the recorded ones while results exist, or when results exist with no recorded settings.
     ``write=False``: check only (nothing is written; the key returned is then meaningless for a new output).
+    ``where``: the output the message names (default: the first of ``existing``).
     """
     record, settings = Path(record), _normalise(settings)
     if restart:
         move_aside(list(aside) if aside is not None else [*existing, record])
     old = read_fingerprint(record)
-    where = existing[0] if existing else record
+    where = where if where is not None else existing[0] if existing else record
     if any(Path(p).exists() for p in existing):  # results to reuse: only under the settings that made them
         if old is None or old.get("settings") is None:
             raise RunMismatch(f"{where}: holds results but no record of the settings that made them ({record.name} "
