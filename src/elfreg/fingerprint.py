@@ -173,7 +173,8 @@ def claim(record: Path, settings: dict[str, Any], existing: list[Path], restart:
         if diffs:
             raise RunMismatch(mismatch_message(where, diffs, flag))
         return old["key"]
-    key = old["key"] if old is not None else secrets.token_hex(32)
+    # the same settings keep their key; new ones get a new key, so no row signed before can pass for theirs
+    key = old["key"] if old is not None and old.get("settings") in (None, settings) else secrets.token_hex(32)
     if write:
         _write(record, settings, key)  # nothing made yet: today's settings are the record
     return key
