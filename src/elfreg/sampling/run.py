@@ -85,8 +85,9 @@ def generation_settings(args: Any, cfg: SamplerConfig) -> dict:
     """What changes the samples of `elfreg generate`: the model, the prompts file's bytes, every sampler setting
     (``sigma``: as given, None = the model's). Not --samples (noise is f(seed, prompt, sample): more samples
     extend a run), batch size, device or progress (outputs are batch-invariant)."""
-    return {"model": model_identity(args.model), "prompts": file_digest(args.prompts), "prompt_field": args.prompt_field,
-            "prompt_format": getattr(args, "prompt_format", "template"), **dataclasses.asdict(cfg), "sigma": args.sigma}
+    return {"model": model_identity(args.model), "prompts": file_digest(args.prompts),
+            "prompt_field": args.prompt_field, "prompt_format": getattr(args, "prompt_format", "template"),
+            **dataclasses.asdict(cfg), "sigma": args.sigma}
 
 
 def claim_results_file(args: Any, cfg: SamplerConfig) -> None:

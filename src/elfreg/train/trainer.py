@@ -22,10 +22,10 @@ from torch import Tensor
 from elfreg.atomic import atomic_write_text
 from elfreg.configtools import ConfigError, dump_yaml, to_dict
 from elfreg.data.templates import prompt_template
+from elfreg.fingerprint import move_aside
 from elfreg.hub import ElfModel
 from elfreg.objective import draw, loss_counts
 from elfreg.stats import FeatureStats
-from elfreg.fingerprint import move_aside
 from elfreg.train import checkpoint as ck
 from elfreg.train.config import RunConfig
 from elfreg.train.dist import DistInfo, all_reduce_sum, barrier, init_distributed, resolve_device, wrap
