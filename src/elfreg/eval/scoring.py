@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
+from ..fingerprint import folder_key, row_ok, sign_row
+from ..sampling.results_io import repair_truncated_tail
 from ..sandbox import Sandbox, SandboxError
 from ..sandbox.codecheck import TimeRule, run_io, run_tests
 from ..sandbox.expected import ExpectedOutputs, revoke_isolated_key
@@ -52,25 +55,53 @@ class ScoreOptions:
 
 
 class ResultsFile:
-    """Per-problem results JSONL: one line per (task_id, sample), each appended with one write()."""
+    """Per-problem results JSONL: one line per (task_id, sample), each appended with one write() and signed with the
+    output folder's key (elfreg.fingerprint).
 
-    def __init__(self, path: str | Path | None) -> None:
+    On reading, a row that fails its check (a verdict edited by hand, a row from another run's file) is not reused:
+    it is scored again, and the new row supersedes it. A torn last line (a kill mid-write) is cut off with a warning
+    and redone; any other line that is not a results row is an error naming file:line, which loses nothing.
+    """
+
+    def __init__(self, path: str | Path | None, key: str | None = None) -> None:
         self.path = Path(path) if path else None
         self.rows: dict[tuple[str, int], dict] = {}
-        if self.path and self.path.exists():
-            with open(self.path, encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a torn last line from a crash: that sample is simply redone
-                    self.rows[(row["task_id"], row["sample"])] = row
+        self.key = key
         self._fd = None
         if self.path:
+            self.key = key or folder_key(self.path.parent)
+            if self.path.exists():
+                self._read()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
+    def _read(self) -> None:
+        repair_truncated_tail(self.path, "scored again")
+        failed: dict[tuple[str, int], int] = {}
+        for n, line in enumerate(self.path.read_bytes().split(b"\n")[:-1], start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                k = (row["task_id"], row["sample"])
+                hash(k)
+            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                raise ValueError(f"{self.path}:{n}: not a results row ({type(exc).__name__}); delete that line to "
+                                 "score its sample again, or pass --restart") from None
+            if row_ok(row, self.key):
+                self.rows[k] = row
+                failed.pop(k, None)
+            elif k not in self.rows:
+                failed[k] = n
+        if failed:
+            lines = ", ".join(map(str, sorted(failed.values())[:5]))
+            warnings.warn(f"{self.path}: {len(failed)} rows fail their integrity check (line {lines}"
+                          f"{', ...' if len(failed) > 5 else ''}: edited by hand, or from another run); "
+                          "they are scored again", stacklevel=3)
+
     def add(self, row: dict) -> None:
+        if self.key is not None:
+            row = sign_row(row, self.key)
         self.rows[(row["task_id"], row["sample"])] = row
         if self._fd is not None:
             os.write(self._fd, (json.dumps(row) + "\n").encode("utf-8"))
