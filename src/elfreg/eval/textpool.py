@@ -79,9 +79,20 @@ class TextPool:
             w.kill()
         self._workers = []
 
-    def _replace(self, w: _Worker) -> None:
+    def _replace(self, w: _Worker) -> _Worker:
         w.kill()
-        self._workers[self._workers.index(w)] = _Worker(self._ctx, self.fns)
+        new = _Worker(self._ctx, self.fns)
+        self._workers[self._workers.index(w)] = new
+        return new
+
+    def _start(self, w: _Worker, task: tuple[Hashable, str, str, tuple]) -> None:
+        key, step, name, args = task
+        try:
+            w.conn.send((name, args))
+        except OSError:  # the idle worker died (killed for memory, say): its replacement takes the task
+            w = self._replace(w)
+            w.conn.send((name, args))
+        w.task = (key, step, time.monotonic() + self.limit_s)
 
     def run(self, tasks: Iterable[tuple[Hashable, str, str, tuple]]) -> Iterator[tuple[Hashable, Outcome]]:
         """Run ``(key, step, fn name, args)`` tasks; yield ``(key, Outcome)`` as each finishes (completion order).
@@ -96,9 +107,7 @@ class TextPool:
                     if task is None:
                         more = False
                         break
-                    key, step, name, args = task
-                    w.task = (key, step, time.monotonic() + self.limit_s)
-                    w.conn.send((name, args))
+                    self._start(w, task)
             busy = [w for w in self._workers if w.task is not None]
             if not busy:
                 return
