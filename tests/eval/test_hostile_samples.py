@@ -126,6 +126,8 @@ def test_extraction_past_the_time_limit_is_wrong_and_later_rows_are_written_firs
                         "detail": "time limit in answer extraction (2 s)"}
     assert all(r["correct"] for r in rows[:-1])
     assert s["metrics"]["accuracy"]["pass@1"] == 0.75
+    (tmp_path / "r.jsonl").unlink()  # the same samples, the stuck one last: the same summary
+    assert {**_score(bench, comps[::-1], tmp_path, text_limit_s=2), "date": s["date"]} == s
 
 
 @pytest.mark.timeout(120)

@@ -252,8 +252,8 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
         results.close()
         if sandbox is not None and not sandbox.isolation.isolated and not sandbox.isolation.uid_drop:
             revoke_isolated_key(opts.cache_dir)  # this run's programs could read it (elfreg.sandbox.expected)
-    wanted = {(c.task_id, c.sample) for c in completions}
-    rows = [r for k, r in results.rows.items() if k in wanted]
+    # in the completions' order: rows are written as they finish, and the summary must not depend on that order
+    rows = [results.rows[k] for k in dict.fromkeys((c.task_id, c.sample) for c in completions) if k in results.rows]
     summary = build_summary(bench, rows, opts, isolation)
     if bench.kind == "code":
         # A resumed run may mix rows scored under different isolation: the report names all of them, and
