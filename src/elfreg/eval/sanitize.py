@@ -40,14 +40,16 @@ def _parses(code: str) -> bool:
 def _first_bad_token_line(lines: list[str], i: int) -> int:
     """The first line (index into ``lines``) at or after ``i`` that no span starting at ``i`` can hold and parse,
     read with ``tokenize``: a character no Python token holds outside strings and comments (``?``, ``$``, ``!``,
-    an unclosed one-line quote) or an indented first statement; ``len(lines)`` if none. Tokens are read left to right, so every span from ``i`` that reaches that line fails to parse: those
-    parses need not be tried."""
+    an unclosed one-line quote) or an indented first statement; ``len(lines)`` if none. Tokens are read left to
+    right, so every span from ``i`` that reaches that line fails to parse: those parses need not be tried."""
     rows = (lines[k] + "\n" if k < len(lines) - 1 else lines[k] for k in range(i, len(lines)))
     first = True
     try:  # read lazily, line by line: junk stops at its first line, and costs no copy of the rest
         for tok in tokenize.generate_tokens(lambda: next(rows, "")):
-            if tok.type == tokenize.ERRORTOKEN and not tok.string.isspace() or first and tok.type == tokenize.INDENT \
-                    and tok.line.lstrip(" \t")[:1] not in ("\\", "\f"):  # "  \" joins the next line: no claim
+            bad = tok.type == tokenize.ERRORTOKEN and not tok.string.isspace()
+            # an indented first statement is an "unexpected indent", unless a trailing "\" joins it to the next line
+            indented = first and tok.type == tokenize.INDENT and tok.line.lstrip(" \t")[:1] not in ("\\", "\f")
+            if bad or indented:
                 return i + tok.start[0] - 1
             first = first and tok.type in (tokenize.NL, tokenize.COMMENT)
     except (tokenize.TokenError, SyntaxError):  # an unclosed bracket or string at the end, a bad unindent: no claim
