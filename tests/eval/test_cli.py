@@ -1,6 +1,8 @@
 import argparse
 import json
 
+import pytest
+
 from elfreg.eval.cli import register
 from elfreg.eval.datasets import load_benchmark
 
@@ -90,3 +92,68 @@ def test_score_k_beyond_samples_fails_before_scoring(tmp_path, capsys):
     assert rc == 2
     assert "pass@4 needs at least 4 samples per problem, but there are 2" in capsys.readouterr().err
     assert not out.exists()
+
+
+def _score(comp, out, *extra, benchmark="gsm8k"):
+    from elfreg.cli import main
+
+    return main(["eval", "score", "--benchmark", benchmark, "--completions", str(comp), "--out", str(out),
+                 "--allow-subset", "--no-progress", *extra])
+
+
+def test_score_refuses_an_out_made_for_another_benchmark(tmp_path, capsys):
+    dev = load_benchmark("mmlu_dev")
+    comp = tmp_path / "c.jsonl"
+    comp.write_text("".join(json.dumps({"task_id": p.task_id, "completion": f"The answer is ({p.answer})",
+                                        "sample": 0}) + "\n" for p in dev.problems[:4]))
+    out = tmp_path / "out"
+    assert _score(comp, out, benchmark="mmlu_dev") == 0
+    assert json.loads((out / "summary.json").read_text())["metrics"]["accuracy"]["pass@1"] == 1.0
+    rows = (out / "results.jsonl").read_bytes()
+    capsys.readouterr()
+    # the same task ids exist in mmlu: the old code reused mmlu_dev's verdicts and reported them as mmlu's
+    assert _score(comp, out, benchmark="mmlu") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "was made with benchmark=mmlu_dev" in err[0] and "now benchmark=mmlu" in err[0]
+    assert "--restart" in err[0] and (out / "results.jsonl").read_bytes() == rows
+    # another completions file into the same folder is refused too; --restart moves the old files aside
+    comp.write_text(comp.read_text().replace("The answer is", "I think the answer is"))
+    assert _score(comp, out, benchmark="mmlu_dev") == 2
+    assert "was made with completions=" in capsys.readouterr().err
+    assert _score(comp, out, "--restart", benchmark="mmlu") == 0
+    assert list(tmp_path.glob("out/results.jsonl.replaced-*"))[0].read_bytes() == rows
+    assert json.loads((out / "summary.json").read_text())["benchmark"] == "mmlu"
+
+
+def test_score_rescores_edited_verdicts_and_a_torn_last_line(tmp_path, capsys):
+    comp = _two_seed_completions(tmp_path, load_benchmark("gsm8k"))
+    out = tmp_path / "out"
+    assert _score(comp, out) == 0
+    acc = json.loads((out / "summary.json").read_text())["metrics"]["accuracy"]["pass@1"]
+    assert acc == 0.6  # sample 0: 5 of 5, sample 1: 1 of 5
+    results = out / "results.jsonl"
+    lines = results.read_text().splitlines()
+    wrong = next(i for i, x in enumerate(lines) if '"correct": false' in x)
+    lines[wrong] = lines[wrong].replace('"correct": false', '"correct": true')  # a hand edit
+    results.write_text("\n".join(lines) + "\n" + lines[0][:30])  # and a line torn by a kill
+    with pytest.warns(UserWarning) as got:
+        assert _score(comp, out) == 0
+    said = " ".join(str(w.message) for w in got)
+    assert "1 rows fail their integrity check" in said and f"line {wrong + 1}" in said
+    assert "dropped a truncated last line" in said
+    assert json.loads((out / "summary.json").read_text())["metrics"]["accuracy"]["pass@1"] == acc
+    rows = [json.loads(x) for x in results.read_text().splitlines()]  # every line whole again
+    assert len(rows) == 11 and rows[-1]["correct"] is False and rows[-1]["task_id"] == rows[wrong]["task_id"]
+
+
+def test_score_names_a_malformed_results_line(tmp_path, capsys):
+    comp = _two_seed_completions(tmp_path, load_benchmark("gsm8k"))
+    out = tmp_path / "out"
+    assert _score(comp, out) == 0
+    lines = (out / "results.jsonl").read_text().splitlines()
+    lines[2] = "{not json"
+    (out / "results.jsonl").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert _score(comp, out) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{out / 'results.jsonl'}:3: not a results row" in err[0]

@@ -232,3 +232,24 @@ def test_eval_run_protocol_with_the_adaptive_exit_records_its_settings_and_nfe(t
         "protocol:paper"
     assert summary["generation"]["patience"] == 1 and summary["nfe"]["n"] == 4
     assert sum(summary["nfe"]["histogram"].values()) == 4
+
+
+def test_eval_run_refuses_an_out_made_with_other_settings(tmp_path, tiny_lm_dir, capsys):
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    out = tmp_path / "run"
+    base = ["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(_gsm_file(tmp_path)),
+            "--out", str(out), "--sampler", "early-stop", "--rho", "2", "--no-progress", "--device", "cpu"]
+    assert main([*base, "--nfe", "4"]) == 0
+    gens = (out / "generations.jsonl").read_bytes()
+    capsys.readouterr()
+    assert main([*base, "--nfe", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"elfreg eval: error: {out / 'generations.jsonl'}: was made with nfe=4, now nfe=3; pass --restart "
+                   "to start over, or use another --out"]
+    assert (out / "generations.jsonl").read_bytes() == gens
+    other = _save_tiny_model(tmp_path / "other", tiny_lm_dir, max_len=28)  # another model into the same folder
+    assert main([*base[:3], str(other), *base[4:], "--nfe", "4"]) == 2
+    assert "was made with model=" in capsys.readouterr().err
+    assert main([*base, "--nfe", "3", "--restart"]) == 0
+    assert (tmp_path / next(p.name for p in tmp_path.glob("run.replaced-*")) / "generations.jsonl").read_bytes() == gens
+    assert json.loads((out / "summary.json").read_text())["generation"]["nfe"] == 3

@@ -70,3 +70,48 @@ def test_too_long_prompt_fails_before_generation(tmp_path, capsys):
                         load=_loader([])) == 2
     err = capsys.readouterr().err
     assert "p.jsonl:2: prompt has 9 tokens" in err and not out.exists()
+
+
+def test_generate_refuses_an_out_made_with_other_settings(tmp_path, capsys):
+    prompts = write_prompts(tmp_path / "p.jsonl")
+    out = tmp_path / "o.jsonl"
+    base = ["--model", "m", "--prompts", str(prompts), "--out", str(out), "--rho", "2", "--no-progress"]
+    assert cmd_generate(_args(*base, "--nfe", "4"), load=_loader([])) == 0
+    before = out.read_bytes()
+    capsys.readouterr()
+    calls = []
+    assert cmd_generate(_args(*base, "--nfe", "3"), load=_loader(calls)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"elfreg generate: error: {out}: was made with nfe=4, now nfe=3; pass --restart to start over, "
+                   "or use another --out"]
+    assert calls == [] and out.read_bytes() == before
+    # another prompts file (same name, other bytes) and another seed are refused too, naming them
+    write_prompts(prompts, ["a different question"])
+    assert cmd_generate(_args(*base, "--nfe", "4", "--seed", "1"), load=_loader(calls)) == 2
+    assert "was made with prompts=" in (msg := capsys.readouterr().err) and "seed=0" in msg and "seed=1" in msg
+    # --restart moves the old results aside and starts over
+    assert cmd_generate(_args(*base, "--nfe", "3", "--restart"), load=_loader(calls)) == 0
+    moved = list(tmp_path.glob("o.jsonl.replaced-*"))
+    assert len(moved) == 1 and moved[0].read_bytes() == before
+    assert {r["nfe"] for r in read_records(out)} == {3}
+
+
+def test_generate_more_samples_extends_the_run(tmp_path):
+    prompts = write_prompts(tmp_path / "p.jsonl")
+    out = tmp_path / "o.jsonl"
+    base = ["--model", "m", "--prompts", str(prompts), "--out", str(out), "--nfe", "4", "--rho", "2", "--no-progress"]
+    assert cmd_generate(_args(*base, "--samples", "1", "--batch-size", "3"), load=_loader([])) == 0
+    first = read_records(out)
+    assert cmd_generate(_args(*base, "--samples", "2", "--batch-size", "16"), load=_loader([])) == 0
+    recs = read_records(out)
+    assert recs[:len(first)] == first and len(recs) == 2 * len(first)
+
+
+def test_generate_refuses_results_with_no_fingerprint(tmp_path, capsys):
+    prompts = write_prompts(tmp_path / "p.jsonl")
+    out = tmp_path / "o.jsonl"
+    argv = ["--model", "m", "--prompts", str(prompts), "--out", str(out), "--nfe", "4", "--rho", "2", "--no-progress"]
+    assert cmd_generate(_args(*argv), load=_loader([])) == 0
+    (tmp_path / "o.fingerprint.json").unlink()  # results from an older elfreg
+    assert cmd_generate(_args(*argv), load=_loader([])) == 2
+    assert "no record of the settings that made them" in capsys.readouterr().err

@@ -81,3 +81,29 @@ def test_nan_loss_names_step_and_checkpoint(tmp_path, tiny_lm_dir, sums_jsonl):
     trainer_student = t.student
     with pytest.raises(TrainingDiverged, match=r"step 4; last good checkpoint: .*ckpt-00000003"):
         t.run()
+
+
+def test_resume_with_a_changed_config_is_refused_in_one_line(tmp_path, tiny_lm_dir, sums_jsonl, capsys):
+    from elfreg.cli import main
+
+    out = tmp_path / "run"
+    base = ["train", "--config", CONFIG, "--output", str(out),
+            *tiny_overrides(tiny_lm_dir, sums_jsonl, **{"train.steps": 3, "train.save_every": 3})]
+    assert main(base) == 0
+    before = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    for change, said in ((["train.lr=0.1"], "was made with train.lr=0.001, now train.lr=0.1"),
+                         (["model.width=32"], "was made with model.width=64, now model.width=32")):
+        assert main(base + change) == 2
+        err = [x for x in capsys.readouterr().err.strip().splitlines() if not x.startswith("Loading weights")]
+        assert err == [f"elfreg train: {out}: {said}; pass --restart to start over, or use another --output"]
+        assert sorted(p.name for p in out.iterdir()) == before  # nothing written
+    # where and how often: may change; the length too, under the constant schedule (the warm-up does not move)
+    assert main(base + ["train.log_every=1", "train.save_every=2", "train.keep_last=3", "train.steps=4"]) == 0
+    assert [s for s, _ in ck.list_checkpoints(out)] == [3, 4]
+    # a decaying schedule ends at the run's last step: its length is part of the run
+    assert main(base + ["train.lr_schedule=cosine", "--restart"]) == 0
+    assert len(list(tmp_path.glob("run.replaced-*"))) == 1 and [s for s, _ in ck.list_checkpoints(out)] == [3]
+    capsys.readouterr()
+    assert main(base + ["train.lr_schedule=cosine", "train.steps=5"]) == 2
+    assert "was made with train.steps=3, now train.steps=5" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from typing import Any
 
 from elfreg.cliargs import output_dir
 from elfreg.configtools import apply_overrides, from_dict, to_dict
+from elfreg.fingerprint import add_restart_argument
 
 
 def register(subparsers: Any) -> None:
@@ -24,6 +25,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cache-dir", default=None, type=output_dir,
                    help="feature cache (default $ELFREG_CACHE_DIR/features or ~/.cache/elfreg/features)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    add_restart_argument(p)
     p.add_argument("overrides", nargs="*", metavar="key=value", help="settings, e.g. train.steps=300 eval.seeds=[0]")
     p.set_defaults(func=cmd_demo)
 
@@ -52,6 +54,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     cfg = demo_config(args.quick, args.overrides, args.preset)
-    run_demo(cfg, args.out, args.cache_dir, progress=not args.no_progress)
+    run_demo(cfg, args.out, args.cache_dir, progress=not args.no_progress, restart=args.restart)
     print(f"elfreg demo: report {args.out}/report.md; total wall time {time.perf_counter() - t0:.0f} s")
     return 0

@@ -482,13 +482,46 @@ def train_and_evaluate(data: DemoData, cfg: DemoConfig, jobs: list[tuple[str, in
     return done
 
 
-def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True) -> dict:
-    """Run the whole demo into ``out``; returns the results dict (also written as results.json)."""
+def run_fingerprint(cfg: DemoConfig, variant: str, seed: int) -> dict:
+    """What makes the training run (variant, seed) and its accuracy curve: the task, backbones, student, training
+    settings and the curve's sampler; not the other seeds, lanes, threads, evaluation grid (evaluated anew each
+    time) or the keys elfreg train lets a resumed run change (elfreg.train.checkpoint.RESUMABLE, LENGTH)."""
+    from elfreg.configtools import to_dict
+    from elfreg.train.checkpoint import resume_settings
+
+    d, ev = to_dict(cfg), cfg.eval
+    d["train"].pop("seeds")
+    curve = {"every": ev.curve_every, "nfe": ev.main_nfe, "seed": ev.seeds[0], "rho": ev.rho, "w": ev.w}
+    return resume_settings({"variant": variant, "seed": seed, "task": d["task"], "backbones": d["backbones"],
+                            "student": d["student"], "train": d["train"], "curve": curve})
+
+
+def claim_runs(cfg: DemoConfig, out: Path) -> None:
+    """Check every training run folder's fingerprint, then record them, before anything is written: a run folder
+    that holds checkpoints made with other settings is refused in one line (RunMismatch) instead of resumed."""
+    from elfreg.fingerprint import FOLDER_FILE, claim
+    from elfreg.train.checkpoint import list_checkpoints
+
+    for write in (False, True):
+        for variant, seed in lane_order(cfg.train.seeds):
+            run_dir = out / variant / f"seed-{seed}"
+            done = [p for _, p in list_checkpoints(run_dir)]  # curve points past the checkpoint are redone anyway
+            claim(run_dir / FOLDER_FILE, run_fingerprint(cfg, variant, seed), done, write=write, where=run_dir)
+
+
+def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True,
+             restart: bool = False) -> dict:
+    """Run the whole demo into ``out`` (resuming its training runs; ``restart``: move an existing ``out`` aside
+    first); returns the results dict (also written as results.json)."""
     from elfreg.demo.report import write_report
+    from elfreg.fingerprint import move_aside
 
     start = time.perf_counter()
     torch.set_num_threads(cfg.threads)
     out = Path(out)
+    if restart:
+        move_aside([out])
+    claim_runs(cfg, out)
     out.mkdir(parents=True, exist_ok=True)
     dump_yaml(cfg, out / "demo_config.yaml")
     phases: dict[str, float] = {}

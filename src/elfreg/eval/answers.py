@@ -6,7 +6,9 @@ import re
 from decimal import Decimal, InvalidOperation
 
 _NUM = r"-?\$?\s*\d[\d,]*(?:\.\d+)?|-?\$?\s*\.\d+"
-_NUM_RE = re.compile(_NUM)
+# Never start inside a whitespace run (the run's first character starts the same match, and is always tried
+# first): one scan per run, linear time instead of quadratic in the run's length.
+_NUM_RE = re.compile(rf"(?!(?<=\s)\s)(?:{_NUM})")
 
 
 def _last_boxed(text: str) -> str | None:
@@ -70,14 +72,17 @@ def numbers_equal(pred: str | None, gold: str) -> bool:
 # letter itself is a capital A-D (a lower-case one only inside parentheses), so "the answer is a matter of ..." never
 # reads as option A. A letter must not run on into a word ("Answer: Because" is not B).
 _LETTER = r"(?:\(([A-Da-d])\)|\b([A-D])\b(?![\w'-]))"
+# Whitespace, stars and colons are taken possessively (``*+``): what follows each of them never starts with what
+# it skips, so giving some back never finds another match, and the runs cost linear time, not a power of their
+# length per extra quantifier.
 _CHOICE_CONCLUSIONS = re.compile("|".join([
     # "The answer is (C)", "the correct answer is: C", "Final answer: **B**", "answer would be option D"
-    r"(?i:\banswer)\s*(?i:is|would be|should be|must be|:|=)?\s*[:*]*\s*(?i:option|choice)?\s*\**\s*" + _LETTER,
+    r"(?i:\banswer)\s*+(?i:is|would be|should be|must be|:|=)?\s*+[:*]*+\s*+(?i:option|choice)?\s*+\**+\s*+" + _LETTER,
     # "The correct option is B", "the best choice is (A)", "the right option: D"
-    r"(?i:\b(?:correct|right|best|only)\s+(?:option|choice))\s*(?i:is|would be|:)?\s*[:*]*\s*\**" + _LETTER,
+    r"(?i:\b(?:correct|right|best|only)\s++(?:option|choice))\s*+(?i:is|would be|:)?\s*+[:*]*+\s*+\**+" + _LETTER,
     # "Option B is correct", "(C) is the correct answer", "Choice D is right"
-    r"(?:(?i:\b(?:option|choice))\s+)?" + _LETTER + r"\**\s+(?i:is\s+(?:the\s+)?(?:correct|right|best)\b)",
-    r"\\boxed\{\s*(?:\\text\{)?\s*" + _LETTER,  # \boxed{C}, \boxed{\text{C}}
+    r"(?:(?i:\b(?:option|choice))\s++)?" + _LETTER + r"\**+\s++(?i:is\s++(?:the\s++)?(?:correct|right|best)\b)",
+    r"\\boxed\{\s*+(?:\\text\{)?\s*+" + _LETTER,  # \boxed{C}, \boxed{\text{C}}
 ]))
 # A final line that is only an option mark: "(C)", "C", "C.", "**C**", "C) 42", "C: Paris".
 _CHOICE_LINE = re.compile(r"^\W*(?:\(([A-Da-d])\)|([A-D])(?:[.):]|\**$))")

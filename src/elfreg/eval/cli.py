@@ -15,7 +15,8 @@ from .report import markdown_table, write_reports
 from .scoring import ScoreOptions, score_completions
 
 
-from .run_model import add_code_scoring_arguments, register_run, time_rule  # noqa: E402
+from ..fingerprint import add_restart_argument  # noqa: E402
+from .run_model import add_code_scoring_arguments, claim_score_folder, register_run, time_rule  # noqa: E402
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -44,6 +45,7 @@ def register(subparsers) -> argparse.ArgumentParser:
     sc.add_argument("--k", default=None,
                     help="pass@k to report, e.g. 1,4,10 (each <= samples per problem; default: the paper's ks that fit)")
     sc.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_restart_argument(sc)
     sc.set_defaults(func=run_score)
     register_run(sub)
     return ev
@@ -61,6 +63,7 @@ def run_score(args: argparse.Namespace) -> int:
         ks = parse_ks(args.k) if args.k is not None else None
         if ks is not None:  # missing samples count as wrong, so n = the distinct sample indices
             validate_ks(ks, len({c.sample for c in comps}))
+        claim_score_folder(args, bench)  # before any work: refuses an --out made with other settings
     except (CompletionsError, FileNotFoundError, ValueError) as e:
         print(f"elfreg eval score: error: {error_line(e, args)}", file=sys.stderr)
         return 2

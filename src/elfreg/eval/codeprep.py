@@ -35,19 +35,24 @@ ALIAS_MODES = {"noalias": "off", "alias": "paper rule (1 top-level function)",
                "alias_helpers": "helper-tolerant (not the paper's)"}
 
 
-def _top_level_functions(code: str) -> list[str]:
+def _parse(code: str) -> ast.Module | None:
+    """``code``'s syntax tree, or None when it does not parse: a syntax error, NUL bytes (ValueError), or nesting
+    too deep for the parser (RecursionError, MemoryError: ``x = ---...1`` with thousands of signs)."""
     try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return []
-    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        return ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _top_level_functions(code: str) -> list[str]:
+    tree = _parse(code)
+    return [] if tree is None else [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def _drops_needed_definitions(code: str) -> bool:
     """True if ``code`` reads a global name it neither defines, imports nor gets from builtins."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    tree = _parse(code)
+    if tree is None:
         return False
     defined = set(dir(builtins))
     for node in ast.walk(tree):
@@ -75,10 +80,10 @@ def alias_target(code: str, helpers: bool = False) -> str | None:
     Default (the paper's rule): the only top-level function of ``code``. ``helpers=True``: the one top-level
     function that no other top-level definition names (elfreg's broader reading, see the module docstring).
     """
-    try:
-        body = ast.parse(code).body
-    except SyntaxError:
+    tree = _parse(code)
+    if tree is None:
         return None
+    body = tree.body
     funcs = [n.name for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     if len(funcs) <= 1 or not helpers:
         return funcs[0] if len(funcs) == 1 else None
@@ -132,7 +137,9 @@ def prepare_code(sample: str, entry_point: str, alias: bool, keep_all: bool = Fa
     return f"{head}{code}\n\n{entry_point} = {target}\n", True
 
 
-_FENCE = re.compile(r"^\s*```", re.MULTILINE)
+# ``[^\S\n]``: whitespace within the line. ``\s*`` ran on across newlines from every line start, quadratic in
+# blank lines; a fence after blank lines still starts a line of its own, so the same texts match.
+_FENCE = re.compile(r"^[^\S\n]*```", re.MULTILINE)
 
 
 def looks_like_solution(completion: str, entry_point: str) -> str | None:
@@ -151,7 +158,9 @@ def looks_like_solution(completion: str, entry_point: str) -> str | None:
             try:
                 compile(text, "<completion>", "exec")
                 return None
-            except SyntaxError:
+            except (SyntaxError, ValueError):  # ValueError: NUL bytes
                 continue
+            except (RecursionError, MemoryError):  # nested too deep to compile: that is code, prose never nests
+                return None
         return "it starts with prose, not Python"
     return None

@@ -36,22 +36,20 @@ FIELDS = ("completion", "solution")
 
 def read_completions(path: str | Path, known_task_ids: set[str] | None = None,
                      formats: tuple[str, ...] = FIELDS) -> list[Completion]:
-    """Parse and validate: malformed JSON, missing/mistyped fields, a row with neither or both of
-    ``formats``' fields, a file mixing them, unknown task ids and duplicated (task_id, sample) pairs raise
-    :class:`CompletionsError` naming ``path:line``."""
+    """Parse and validate: a line that is not UTF-8, malformed or too deeply nested JSON, missing/mistyped
+    fields, a row with neither or both of ``formats``' fields, a file mixing them, unknown task ids and duplicated
+    (task_id, sample) pairs raise :class:`CompletionsError` naming ``path:line``."""
     out: list[Completion] = []
     seen: dict[tuple[str, int], int] = {}
     first: tuple[str, int] | None = None  # (format, line) of the first row: the file's format
     per_task: dict[str, int] = {}
-    with open(path, encoding="utf-8") as f:
-        for n, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
+    with open(path, "rb") as f:  # bytes: a line that is not UTF-8 is named, not a decoding error of the file
+        for n, data in enumerate(f, 1):
             where = f"{path}:{n}"
-            try:
-                row = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise CompletionsError(f"{where}: malformed JSON ({e.msg})") from None
+            text = _utf8_line(data, where)
+            if not text.strip():
+                continue
+            row = _json_value(text, where)
             if not isinstance(row, dict):
                 raise CompletionsError(f"{where}: expected a JSON object")
             fmt = _row_format(row, where, formats)
@@ -81,6 +79,27 @@ def read_completions(path: str | Path, known_task_ids: set[str] | None = None,
     if not out:
         raise CompletionsError(f"{path}: no completions")
     return out
+
+
+def _utf8_line(data: bytes, where: str) -> str:
+    """A line's text; one that is not UTF-8 raises an error naming ``where`` and the offending byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CompletionsError(f"{where}: not UTF-8 (byte {e.start + 1} of the line is 0x{data[e.start]:02x}); "
+                               "save the file as UTF-8") from None
+
+
+def _json_value(text: str, where: str) -> object:
+    """A line's JSON value; errors name ``where``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CompletionsError(f"{where}: malformed JSON ({e.msg})") from None
+    except RecursionError:
+        raise CompletionsError(f"{where}: JSON nested too deeply to read") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise CompletionsError(f"{where}: unreadable JSON ({e})") from None
 
 
 def _row_format(row: dict, where: str, formats: tuple[str, ...]) -> str:

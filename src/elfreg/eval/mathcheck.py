@@ -1,18 +1,42 @@
-"""MATH-500 scoring with math-verify 0.9.0, gold first, in worker processes (spec §6).
+"""MATH-500 scoring with math-verify 0.9.0, gold first (spec §6).
 
-math-verify's timeouts use ``signal.alarm``, which only works in a main thread; worker processes run
-tasks in their main thread, so the timeouts work there, and a stuck worker is bounded by the pool wait.
+Scoring calls :func:`verify_answer` in a worker process of the text pool (textpool.py): math-verify's timeouts
+use ``signal.alarm``, which only works in a main thread, and a worker runs its tasks in its main thread; a sample
+stuck anyway is bounded by the pool's per-sample time limit.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor, TimeoutError as FutureTimeout
+import logging
+
+_LOG_CHARS = 300  # math-verify logs the text it gave up on, whole ("Timeout during parsing: <10 MB completion>")
+_LOGGERS = ("math_verify.parser", "math_verify.grader", "math_verify.metric", "math_verify.utils")
+
+
+class _Shorten(logging.Filter):
+    """Cut a log message to its first ``_LOG_CHARS`` characters, saying how long it was."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if len(msg) > _LOG_CHARS:
+            record.msg, record.args = f"{msg[:_LOG_CHARS]}... [{len(msg)} characters in all]", ()
+        return True
+
+
+def _shorten_logs() -> None:
+    """Install :class:`_Shorten` on math-verify's loggers (a logger's filters do not reach its children)."""
+    for name in _LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _Shorten) for f in logger.filters):
+            logger.addFilter(_Shorten())
 
 
 def verify_one(gold: str, completion: str, timeout_s: int = 5) -> bool:
-    """True if the completion's answer is equivalent to gold (``verify(parse(gold), parse(pred))``)."""
+    """True if the completion's answer is equivalent to gold (``verify(parse(gold), parse(pred))``); the verdict
+    reads the whole completion, math-verify's log lines only its head."""
     from math_verify import parse, verify
 
+    _shorten_logs()
     g = parse(f"${gold}$", parsing_timeout=timeout_s)
     p = parse(completion, parsing_timeout=timeout_s)
     if not g or not p:
@@ -20,23 +44,9 @@ def verify_one(gold: str, completion: str, timeout_s: int = 5) -> bool:
     return bool(verify(g, p, timeout_seconds=timeout_s))
 
 
-def _safe(args: tuple[str, str, int]) -> bool:
+def verify_answer(gold: str, completion: str, timeout_s: int = 5) -> bool:
+    """:func:`verify_one`, with an unparsable or timed-out answer (math-verify raising) scored wrong."""
     try:
-        return verify_one(*args)
+        return verify_one(gold, completion, timeout_s)
     except Exception:  # noqa: BLE001 - an unparsable or timed-out answer scores 0
         return False
-
-
-def verify_many(pairs: list[tuple[str, str]], workers: int = 2, timeout_s: int = 5) -> list[bool]:
-    """Verify (gold, completion) pairs in ``workers`` processes; a pair that hangs past 4x the timeout is wrong."""
-    if not pairs:
-        return []
-    out: list[bool] = []
-    with ProcessPoolExecutor(max_workers=workers) as ex:
-        futs = [ex.submit(_safe, (g, c, timeout_s)) for g, c in pairs]
-        for f in futs:
-            try:
-                out.append(bool(f.result(timeout=4 * timeout_s + 30)))
-            except (FutureTimeout, Exception):  # noqa: BLE001
-                out.append(False)
-    return out

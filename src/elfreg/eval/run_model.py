@@ -16,6 +16,7 @@ from pathlib import Path
 
 from elfreg.atomic import atomic_write_text
 from elfreg.cliargs import input_file, model_ref, output_dir
+from elfreg.fingerprint import FOLDER_FILE, add_restart_argument, claim, file_digest, model_identity, move_aside
 from elfreg.sampling.answers import answer_for
 from elfreg.sampling.exit import nfe_summary
 
@@ -51,6 +52,58 @@ def time_rule(args: argparse.Namespace) -> TimeRule:
     return TimeRule(args.min_time, args.time_factor, args.sample_cap)
 
 
+def _data_identity(bench) -> str:
+    """The benchmark file: its pinned version when it is the shipped copy, else its sha256."""
+    return bench.data_version or bench.source_sha256
+
+
+def _verdict_settings(args: argparse.Namespace, bench) -> dict:
+    """The scoring flags that change verdicts: the code time rule and memory limit (text scoring has none)."""
+    if bench.kind != "code":
+        return {}
+    return {"min_time": args.min_time, "time_factor": args.time_factor, "sample_cap": args.sample_cap,
+            **({"memory_gb": args.memory_gb} if hasattr(args, "memory_gb") else {})}
+
+
+def score_settings(args: argparse.Namespace, bench) -> dict:
+    """The fingerprint of an `eval score` folder: benchmark, its data, the completions file, verdict flags (not
+    workers, progress, ks or isolation: each row records how it ran, and the report reads the rows)."""
+    return {"benchmark": bench.name, "data": _data_identity(bench), "completions": file_digest(args.completions),
+            **_verdict_settings(args, bench)}
+
+
+def claim_score_folder(args: argparse.Namespace, bench) -> None:
+    """Refuse an `eval score --out` made with other settings (RunMismatch); ``--restart`` moves its files aside."""
+    out = Path(args.out)
+    names = ("results.jsonl", "summary.json", "summary.md", FOLDER_FILE)
+    claim(out / FOLDER_FILE, score_settings(args, bench), [out / "results.jsonl"], args.restart,
+          aside=[out / n for n in names])
+
+
+def run_settings(args: argparse.Namespace, bench, values: dict, model_id: str) -> dict:
+    """The fingerprint of one `eval run` folder: model, benchmark and data, --limit and --long-prompts, every
+    sampler setting, the verdict flags. Not --samples (more samples extend a run: noise is f(seed, prompt,
+    sample)), --k, workers, batch size or device."""
+    from elfreg.sampling.cli import sampler_config_from_args
+
+    cfg = sampler_config_from_args(argparse.Namespace(**{**vars(args), **values}))
+    return {"model": model_id, "benchmark": bench.name, "data": _data_identity(bench), "limit": args.limit,
+            "long_prompts": args.long_prompts, "prompt_format": getattr(args, "prompt_format", "template"),
+            **dataclasses.asdict(cfg), "sigma": args.sigma, **_verdict_settings(args, bench)}
+
+
+def claim_run_folders(args: argparse.Namespace, bench, runs: list, out: Path, write: bool) -> None:
+    """Check every run folder's fingerprint (RunMismatch naming what differs), and with ``write`` record it;
+    ``--restart`` moves the whole --out folder aside first."""
+    if args.restart and not write:
+        move_aside([out])
+    model_id = model_identity(args.model)
+    for resolved in runs:
+        folder = out / resolved.label if resolved.label else out
+        claim(folder / FOLDER_FILE, run_settings(args, bench, resolved.values, model_id),
+              [folder / "generations.jsonl", folder / "results.jsonl"], write=write)
+
+
 def register_run(sub) -> None:
     """Add `eval run` to the `eval` subparsers."""
     from elfreg.sampling.cli import add_sampler_arguments
@@ -79,6 +132,7 @@ def register_run(sub) -> None:
                         "tokens)")
     add_code_scoring_arguments(p)
     add_sampler_arguments(p)
+    add_restart_argument(p)
     # None = "not given", so a protocol can fill it and the report can say where each value came from.
     p.set_defaults(func=cmd_eval_run, sampler=None, nfe=None, rho=None, samples=None)
     for action in p._actions:
@@ -199,7 +253,7 @@ def _one_run(args: argparse.Namespace, bench, problems, resolved, out: Path, san
     for key in ("sampler", "nfe", "rho", "samples", "w", "task"):
         setattr(run_args, key, resolved.values[key])
     gen_args = argparse.Namespace(**vars(run_args), prompts=str(prompts_path), prompt_field="prompt")
-    gen_args.out = str(gens_path)
+    gen_args.out, gen_args.restart = str(gens_path), False  # --restart moved the whole folder aside already
     code = cmd_generate(gen_args, load)
     if code != 0:
         return code
@@ -250,13 +304,15 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
 
     for resolved in runs:
         sampler_config_from_args(argparse.Namespace(**{**vars(args), **resolved.values}))
+    out = Path(args.out)
+    claim_run_folders(args, bench, runs, out, write=False)  # before any work: an --out made with other settings
     # Before any generation: code scoring refuses to run without isolation (unless --isolation none).
     sandbox = Sandbox(SandboxConfig(isolation=args.isolation)) if bench.kind == "code" else None
-    out = Path(args.out)
     load = _cached_loader()
     summaries: dict[str, dict] = {}
     try:
         _, skipped = split_long_prompts(args, bench, problems, load)
+        claim_run_folders(args, bench, runs, out, write=True)
         for resolved in runs:
             res = _one_run(args, bench, problems, resolved, out / resolved.label if resolved.label else out,
                            sandbox, load, skipped)

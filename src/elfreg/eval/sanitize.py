@@ -23,6 +23,7 @@ assignment such as ``a, b = c`` that is the right-hand side's ``c``, a quirk kep
 from __future__ import annotations
 
 import ast
+import tokenize
 from functools import lru_cache
 
 _IMPORTS = ("import_statement", "import_from_statement")
@@ -36,6 +37,26 @@ def _parses(code: str) -> bool:
     return True
 
 
+def _first_bad_token_line(lines: list[str], i: int) -> int:
+    """The first line (index into ``lines``) at or after ``i`` that no span starting at ``i`` can hold and parse,
+    read with ``tokenize``: a character no Python token holds outside strings and comments (``?``, ``$``, ``!``,
+    an unclosed one-line quote) or an indented first statement; ``len(lines)`` if none. Tokens are read left to
+    right, so every span from ``i`` that reaches that line fails to parse: those parses need not be tried."""
+    rows = (lines[k] + "\n" if k < len(lines) - 1 else lines[k] for k in range(i, len(lines)))
+    first = True
+    try:  # read lazily, line by line: junk stops at its first line, and costs no copy of the rest
+        for tok in tokenize.generate_tokens(lambda: next(rows, "")):
+            bad = tok.type == tokenize.ERRORTOKEN and not tok.string.isspace()
+            # an indented first statement is an "unexpected indent", unless a trailing "\" joins it to the next line
+            indented = first and tok.type == tokenize.INDENT and tok.line.lstrip(" \t")[:1] not in ("\\", "\f")
+            if bad or indented:
+                return i + tok.start[0] - 1
+            first = first and tok.type in (tokenize.NL, tokenize.COMMENT)
+    except (tokenize.TokenError, SyntaxError):  # an unclosed bracket or string at the end, a bad unindent: no claim
+        pass
+    return len(lines)
+
+
 def extract_code(text: str) -> str:
     """Step 1: the longest run of >= 2 lines that parses (most non-blank lines; earliest on ties)."""
     lines = text.split("\n")
@@ -44,11 +65,14 @@ def extract_code(text: str) -> str:
     rest = [0] * (n + 1)  # rest[i] = non-blank lines in lines[i:]
     for i in range(n - 1, -1, -1):
         rest[i] = rest[i + 1] + (not blank[i])
+    # Python's tokenizer reads a lone \r as a line break and ``tokenize`` does not: no shortcut then.
+    shortcut = "\r" not in text.replace("\r\n", "")
     best, span = 0, (0, 0)
     for i in range(n):
         if rest[i] <= best:  # non-increasing in i: no later start can hold more lines
             break
-        for j in range(n - 1, i, -1):  # count(i..j) = rest[i] - rest[j + 1], non-increasing as j falls
+        top = _first_bad_token_line(lines, i) - 1 if shortcut else n - 1  # no span from i reaches a bad token
+        for j in range(min(top, n - 1), i, -1):  # count(i..j) = rest[i] - rest[j + 1], non-increasing as j falls
             count = rest[i] - rest[j + 1]
             if count <= best:
                 break

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+import warnings
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from tqdm import tqdm
 
+from ..fingerprint import folder_key, row_ok, sign_row
+from ..sampling.results_io import repair_truncated_tail
 from ..sandbox import Sandbox, SandboxError
 from ..sandbox.codecheck import TimeRule, run_io, run_tests
 from ..sandbox.expected import ExpectedOutputs, revoke_isolated_key
@@ -19,7 +23,8 @@ from .answers import extract_choice, extract_gsm8k, numbers_equal
 from .benchmark import Benchmark, Problem
 from .codeprep import ALIAS_MODES, ALIAS_RULE, looks_like_solution, prepare_code
 from .completions import Completion
-from .mathcheck import verify_many
+from .mathcheck import verify_answer
+from .textpool import Outcome, TextPool
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +38,8 @@ class ScoreOptions:
     cache_dir: str | None = None
     allow_subset: bool = False
     math_timeout_s: int = 5
+    # per sample, wall clock: answer extraction, math-verify (its own three timeouts fit inside), code preparation
+    text_limit_s: float = 30.0
     progress: bool = True
     ks: tuple[int, ...] | None = None  # reported pass@k; None = the paper's ks that fit the samples (protocol.py)
     alias_helpers: bool = False  # code: also score elfreg's helper-tolerant alias reading, in its own column
@@ -45,6 +52,8 @@ class ScoreOptions:
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"ScoreOptions.workers must be >= 1, got {self.workers}")
+        if not self.text_limit_s > 0:
+            raise ValueError(f"ScoreOptions.text_limit_s must be > 0, got {self.text_limit_s}")
         if self.ks is not None:
             from .protocol import validate_ks
 
@@ -52,25 +61,53 @@ class ScoreOptions:
 
 
 class ResultsFile:
-    """Per-problem results JSONL: one line per (task_id, sample), each appended with one write()."""
+    """Per-problem results JSONL: one line per (task_id, sample), each appended with one write() and signed with the
+    output folder's key (elfreg.fingerprint).
 
-    def __init__(self, path: str | Path | None) -> None:
+    On reading, a row that fails its check (a verdict edited by hand, a row from another run's file) is not reused:
+    it is scored again, and the new row supersedes it. A torn last line (a kill mid-write) is cut off with a warning
+    and redone; any other line that is not a results row is an error naming file:line, which loses nothing.
+    """
+
+    def __init__(self, path: str | Path | None, key: str | None = None) -> None:
         self.path = Path(path) if path else None
         self.rows: dict[tuple[str, int], dict] = {}
-        if self.path and self.path.exists():
-            with open(self.path, encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a torn last line from a crash: that sample is simply redone
-                    self.rows[(row["task_id"], row["sample"])] = row
+        self.key = key
         self._fd = None
         if self.path:
+            self.key = key or folder_key(self.path.parent)
+            if self.path.exists():
+                self._read()
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
+    def _read(self) -> None:
+        repair_truncated_tail(self.path, "scored again")
+        failed: dict[tuple[str, int], int] = {}
+        for n, line in enumerate(self.path.read_bytes().split(b"\n")[:-1], start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                k = (row["task_id"], row["sample"])
+                hash(k)
+            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                raise ValueError(f"{self.path}:{n}: not a results row ({type(exc).__name__}); delete that line to "
+                                 "score its sample again, or pass --restart") from None
+            if row_ok(row, self.key):
+                self.rows[k] = row
+                failed.pop(k, None)
+            elif k not in self.rows:
+                failed[k] = n
+        if failed:
+            lines = ", ".join(map(str, sorted(failed.values())[:5]))
+            warnings.warn(f"{self.path}: {len(failed)} rows fail their integrity check (line {lines}"
+                          f"{', ...' if len(failed) > 5 else ''}: edited by hand, or from another run); "
+                          "they are scored again", stacklevel=3)
+
     def add(self, row: dict) -> None:
+        if self.key is not None:
+            row = sign_row(row, self.key)
         self.rows[(row["task_id"], row["sample"])] = row
         if self._fd is not None:
             os.write(self._fd, (json.dumps(row) + "\n").encode("utf-8"))
@@ -81,24 +118,49 @@ class ResultsFile:
             self._fd = None
 
 
-def _score_text(bench: Benchmark, items: list[tuple[Problem, Completion]], opts: ScoreOptions) -> list[dict]:
-    if bench.kind == "math":
-        ok = verify_many([(p.answer or "", c.completion) for p, c in items], opts.workers, opts.math_timeout_s)
-        return [{"task_id": c.task_id, "sample": c.sample, "gold": p.answer, "correct": o}
-                for (p, c), o in zip(items, ok)]
-    rows = []
-    for p, c in items:
-        if bench.kind == "gsm8k":
-            pred = (bench.answer_extractor or extract_gsm8k)(c.completion)
-            ok = numbers_equal(pred, p.answer or "")
-        elif bench.kind == "choice":
-            pred = (bench.answer_extractor or extract_choice)(c.completion)
-            ok = pred == p.answer
-        else:  # "exact": registered tasks with their own extractor
-            pred = bench.answer_extractor(c.completion) if bench.answer_extractor else c.completion.strip()
-            ok = pred is not None and pred.strip() == (p.answer or "").strip()
-        rows.append({"task_id": c.task_id, "sample": c.sample, "pred": pred, "gold": p.answer, "correct": bool(ok)})
-    return rows
+def _text_verdict(kind: str, extractor, math_timeout_s: int, completion: str, gold: str) -> dict:
+    """A text sample's verdict fields (``pred``, ``correct``); runs in a text pool worker (textpool.py)."""
+    if kind == "math":
+        return {"correct": verify_answer(gold, completion, math_timeout_s)}
+    if kind == "gsm8k":
+        pred = (extractor or extract_gsm8k)(completion)
+        ok = numbers_equal(pred, gold)
+    elif kind == "choice":
+        pred = (extractor or extract_choice)(completion)
+        ok = pred == gold
+    else:  # "exact": registered tasks with their own extractor
+        pred = extractor(completion) if extractor else completion.strip()
+        ok = pred is not None and pred.strip() == gold.strip()
+    return {"pred": pred, "correct": bool(ok)}
+
+
+def _text_row(bench: Benchmark, c: Completion, out: Outcome) -> dict:
+    """The results row of a text sample; a sample whose work failed or overran is wrong, and says why."""
+    row = {"task_id": c.task_id, "sample": c.sample, "gold": bench.by_id[c.task_id].answer}
+    if out.error is not None:
+        return {**row, **({} if bench.kind == "math" else {"pred": None}), "correct": False, "detail": out.error}
+    return {**row, **out.value}
+
+
+def _prepare(modes: tuple[str, ...], sample: str, entry_point: str, keep_all: bool, preamble: str, fmt: str,
+             prompt: str) -> dict:
+    """Each mode's ``(program, aliased)`` (or why the sanitizer gave none) and ``looks_like_solution``'s reason;
+    runs in a text pool worker (textpool.py)."""
+    programs: dict[str, tuple[str, bool] | str] = {}
+    for mode in modes:
+        try:
+            programs[mode] = prepare_code(sample, entry_point, alias=mode != "noalias", keep_all=keep_all,
+                                          preamble=preamble, fmt=fmt, prompt=prompt, helpers=mode == "alias_helpers")
+        except Exception as e:  # noqa: BLE001 - the sanitizer choking on garbage is a failed sample
+            programs[mode] = f"sanitizer: {type(e).__name__}"
+    why = looks_like_solution(sample, entry_point) if fmt == "completion" else None
+    return {"programs": programs, "looks_like_solution": why}
+
+
+def _prepare_task(c: Completion, p: Problem) -> tuple[Completion, str, str, tuple]:
+    """The text pool task (key, step, function, arguments) that prepares ``c``'s programs."""
+    return (c, "code preparation", "prepare", (c.completion, p.entry_point or "", bool(p.extra.get("keep_all")),
+                                               p.extra.get("preamble", ""), c.format, p.extra.get("code_prompt", "")))
 
 
 def score_program(bench: Benchmark, p: Problem, program: str, sandbox: Sandbox, expected: ExpectedOutputs,
@@ -116,19 +178,19 @@ def score_program(bench: Benchmark, p: Problem, program: str, sandbox: Sandbox, 
             "detail": next((r.detail for r in res.values() if r.detail), "")}
 
 
-def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, expected: ExpectedOutputs,
-                rule: TimeRule, modes: tuple[str, ...] = ("noalias", "alias")) -> dict:
+def _score_code(bench: Benchmark, p: Problem, c: Completion, prepared: Outcome, sandbox: Sandbox,
+                expected: ExpectedOutputs, rule: TimeRule, modes: tuple[str, ...] = ("noalias", "alias")) -> dict:
+    """The results row of a code sample from its :func:`_prepare` outcome: each mode's program run on the tests."""
     row: dict = {"task_id": c.task_id, "sample": c.sample, "alias_rule": ALIAS_RULE}
+    if prepared.error is not None:  # preparing it failed or overran: every mode fails, saying why
+        return {**row, **{mode: {"base": "fail", "detail": prepared.error} for mode in modes}}
     cache: dict[str, dict] = {}
     for mode in modes:
-        try:
-            program, aliased = prepare_code(c.completion, p.entry_point or "", alias=mode != "noalias",
-                                            keep_all=bool(p.extra.get("keep_all")),
-                                            preamble=p.extra.get("preamble", ""), fmt=c.format,
-                                            prompt=p.extra.get("code_prompt", ""), helpers=mode == "alias_helpers")
-        except Exception as e:  # noqa: BLE001 - the sanitizer choking on garbage is a failed sample
-            row[mode] = {"base": "fail", "detail": f"sanitizer: {type(e).__name__}"}
+        got = prepared.value["programs"][mode]
+        if isinstance(got, str):
+            row[mode] = {"base": "fail", "detail": got}
             continue
+        program, aliased = got
         if mode != "noalias":
             row["aliased" if mode == "alias" else "aliased_helpers"] = aliased
         if program in cache:
@@ -143,7 +205,7 @@ def _score_code(bench: Benchmark, p: Problem, c: Completion, sandbox: Sandbox, e
             res = {"base": "error", "detail": "the harness failed on this sample (the log has the traceback)"}
         cache[program] = res
         row[mode] = res
-    why = looks_like_solution(c.completion, p.entry_point or "") if c.format == "completion" else None
+    why = prepared.value["looks_like_solution"]
     if why:  # a whole answer saved as a continuation of the prompt: say so where the verdict is read
         row["looks_like_solution"] = why
         note = (f"this `completion` looks like a self-contained `solution` ({why}); it was scored as prompt + "
@@ -159,6 +221,34 @@ def _reusable(row: dict, modes: tuple[str, ...]) -> bool:
     return row.get("alias_rule") == ALIAS_RULE and all(m in row for m in modes)
 
 
+_STEPS = {"math": "math-verify", "gsm8k": "answer extraction", "choice": "answer extraction",
+          "exact": "answer extraction"}  # how a text benchmark's per-sample work is named in time-limit details
+
+
+def _score_code_rows(bench: Benchmark, todo: list[Completion], sandbox: Sandbox, expected: ExpectedOutputs,
+                     opts: ScoreOptions, results: ResultsFile, isolation: str | None, bar: tqdm) -> None:
+    """Prepare each sample in the text pool, test its programs in ``opts.workers`` threads; write each row as it
+    finishes, so a slow sample holds back no other."""
+    running: set[Future] = set()
+
+    def write(done: set[Future]) -> None:
+        for f in done:
+            results.add(dict(f.result(), isolation=isolation))  # each row says how it ran
+            bar.update()
+
+    work = {"prepare": partial(_prepare, opts.code_modes)}
+    with TextPool(work, opts.workers, opts.text_limit_s) as pool, ThreadPoolExecutor(opts.workers) as ex:
+        for c, prepared in pool.run(_prepare_task(c, bench.by_id[c.task_id]) for c in todo):
+            running.add(ex.submit(_score_code, bench, bench.by_id[c.task_id], c, prepared, sandbox, expected,
+                                  opts.time_rule, opts.code_modes))
+            done = {f for f in running if f.done()}
+            write(done)
+            running -= done
+        while running:
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            write(done)
+
+
 def score_completions(bench: Benchmark, completions: list[Completion], results_path: str | Path | None = None,
                       opts: ScoreOptions | None = None, sandbox: Sandbox | None = None) -> dict:
     """Score every completion (skipping those already in ``results_path``); returns the summary dict."""
@@ -172,28 +262,29 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
     todo = [c for c in completions if (c.task_id, c.sample) not in results.rows
             or bench.kind == "code" and not _reusable(results.rows[(c.task_id, c.sample)], opts.code_modes)]
     isolation = None
+    bar = tqdm(total=len(todo), disable=not opts.progress, desc=f"scoring {bench.name}")
     try:
         if bench.kind == "code":
             sandbox = sandbox or Sandbox()
             isolation = sandbox.isolation.describe()
             expected = ExpectedOutputs(bench, sandbox, opts.cache_dir, opts.workers).load_or_compute(
                 opts.progress, only={c.task_id for c in todo})
-            with ThreadPoolExecutor(opts.workers) as ex:
-                futs = [ex.submit(_score_code, bench, bench.by_id[c.task_id], c, sandbox, expected, opts.time_rule,
-                                  opts.code_modes) for c in todo]
-                for f in tqdm(futs, disable=not opts.progress, desc=f"scoring {bench.name}"):
-                    results.add(dict(f.result(), isolation=isolation))  # each row says how it ran
+            _score_code_rows(bench, todo, sandbox, expected, opts, results, isolation, bar)
         else:
-            chunk = 256
-            for i in tqdm(range(0, len(todo), chunk), disable=not opts.progress, desc=f"scoring {bench.name}"):
-                for row in _score_text(bench, [(bench.by_id[c.task_id], c) for c in todo[i:i + chunk]], opts):
-                    results.add(row)
+            tasks = ((c, _STEPS[bench.kind], "verdict", (c.completion, bench.by_id[c.task_id].answer or ""))
+                     for c in todo)
+            work = {"verdict": partial(_text_verdict, bench.kind, bench.answer_extractor, opts.math_timeout_s)}
+            with TextPool(work, opts.workers, opts.text_limit_s) as pool:
+                for c, out in pool.run(tasks):  # each row written as it finishes
+                    results.add(_text_row(bench, c, out))
+                    bar.update()
     finally:
+        bar.close()
         results.close()
         if sandbox is not None and not sandbox.isolation.isolated and not sandbox.isolation.uid_drop:
             revoke_isolated_key(opts.cache_dir)  # this run's programs could read it (elfreg.sandbox.expected)
-    wanted = {(c.task_id, c.sample) for c in completions}
-    rows = [r for k, r in results.rows.items() if k in wanted]
+    # in the completions' order: rows are written as they finish, and the summary must not depend on that order
+    rows = [results.rows[k] for k in dict.fromkeys((c.task_id, c.sample) for c in completions) if k in results.rows]
     summary = build_summary(bench, rows, opts, isolation)
     if bench.kind == "code":
         # A resumed run may mix rows scored under different isolation: the report names all of them, and

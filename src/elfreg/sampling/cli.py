@@ -12,12 +12,13 @@ from typing import Any, Callable
 import torch
 
 from elfreg.cliargs import device, error_line, input_file, model_ref, output_file
+from elfreg.fingerprint import add_restart_argument
 from elfreg.sampling.answers import EXTRACTORS, TASK_EXTRACTORS, answer_for
 from elfreg.sampling.config import GRIDS, SAMPLERS, W_PRESETS, SamplerConfig, w_for_task
 from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.results_io import read_records
-from elfreg.sampling.run import generate_to_file, read_prompts
+from elfreg.sampling.run import claim_results_file, generate_to_file, read_prompts
 
 PROMPT_FORMATS = ("template", "raw")
 # --task names a task: its w preset (else w = 3) and its answer extractor (else the whole text).
@@ -36,6 +37,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", required=True, type=output_file,
                    help="results JSONL file (appended; existing samples are skipped)")
     add_sampler_arguments(p)
+    add_restart_argument(p)
     p.set_defaults(func=cmd_generate)
 
 
@@ -140,6 +142,8 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
             raise ValueError(f"--batch-size: need >= 1, got {args.batch_size}")
         cfg = sampler_config_from_args(args)
         prompts = read_prompts(args.prompts, args.prompt_field)
+        if int(os.environ.get("RANK", "0")) == 0:  # before loading: an --out made with other settings is refused
+            claim_results_file(args, cfg)
     except (ValueError, FileNotFoundError) as exc:
         print(f"elfreg generate: error: {error_line(exc, args)}", file=sys.stderr)
         return 2

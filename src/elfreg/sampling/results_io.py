@@ -11,8 +11,10 @@ from typing import Any, Iterable
 Key = tuple[int, int]
 
 
-def repair_truncated_tail(path: str | os.PathLike) -> bool:
-    """Cut a last line that a kill left without its newline; returns True (and warns) if one was dropped."""
+def repair_truncated_tail(path: str | os.PathLike, redo: str = "generated again") -> bool:
+    """Cut a last line that a kill left without its newline; returns True (and warns) if one was dropped.
+
+    ``redo``: what happens to that line's sample, for the warning ("generated again", "scored again")."""
     p = Path(path)
     if not p.exists():
         return False
@@ -25,7 +27,7 @@ def repair_truncated_tail(path: str | os.PathLike) -> bool:
         f.flush()
         os.fsync(f.fileno())
     warnings.warn(f"{p}: dropped a truncated last line ({len(data) - keep} bytes) left by an interrupted run; "
-                  f"that sample will be generated again", stacklevel=2)
+                  f"that sample will be {redo}", stacklevel=2)
     return True
 
 

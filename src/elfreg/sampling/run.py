@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -11,6 +12,8 @@ from typing import Any
 import torch.distributed as dist
 from tqdm import tqdm
 
+from elfreg.fingerprint import claim, file_digest, model_identity
+from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.results_io import AppendWriter, done_keys, read_records, record_key, repair_truncated_tail
 
@@ -71,6 +74,29 @@ def _parts(out: Path) -> list[Path]:
 def _barrier(world: int) -> None:
     if world > 1:
         dist.barrier()
+
+
+def fingerprint_path(out: Path) -> Path:
+    """The fingerprint file of a results file: ``<stem>.fingerprint.json`` beside it."""
+    return out.with_name(f"{out.stem}.fingerprint.json")
+
+
+def generation_settings(args: Any, cfg: SamplerConfig) -> dict:
+    """What changes the samples of `elfreg generate`: the model, the prompts file's bytes, every sampler setting
+    (``sigma``: as given, None = the model's). Not --samples (noise is f(seed, prompt, sample): more samples
+    extend a run), batch size, device or progress (outputs are batch-invariant)."""
+    return {"model": model_identity(args.model), "prompts": file_digest(args.prompts),
+            "prompt_field": args.prompt_field, "prompt_format": getattr(args, "prompt_format", "template"),
+            **dataclasses.asdict(cfg), "sigma": args.sigma}
+
+
+def claim_results_file(args: Any, cfg: SamplerConfig) -> None:
+    """Refuse an --out made with other settings (RunMismatch naming them); ``args.restart`` moves it, its part
+    files and its fingerprint aside first."""
+    out = Path(args.out)
+    existing = [out, *_parts(out)]
+    claim(fingerprint_path(out), generation_settings(args, cfg), existing, getattr(args, "restart", False),
+          aside=[*existing, fingerprint_path(out)])
 
 
 def generate_to_file(pipeline: GenerationPipeline, prompts: PromptFile, out: str | os.PathLike, samples: int,

@@ -22,6 +22,16 @@ from elfreg.atomic import _fsync_dir, atomic_write, atomic_write_text
 
 CKPT_RE = re.compile(r"^ckpt-(\d+)$")
 
+# Settings a run may change when it resumes: where and how it runs, how often it logs and saves (docs/training.md
+# "Checkpoints and resume"); every other key must equal the checkpoint's config.yaml.
+RESUMABLE = frozenset({"train.log_every", "train.save_every", "train.keep_last", "train.keep_epochs",
+                       "train.progress", "train.tensorboard", "train.wandb_project", "train.device", "train.compile",
+                       "train.grad_checkpointing", "data.cache_dir", "canvas.max_overflow_fraction",
+                       "canvas.overflow_check_rows"})
+# The run's length may change too (extended or cut) when the learning rate does not depend on it: a constant
+# schedule after the warm-up; a decaying schedule ends at the run's last step, so its length is part of the run.
+LENGTH = frozenset({"train.steps", "train.epochs"})
+
 
 def ckpt_dir(output: Path, step: int) -> Path:
     return Path(output) / f"ckpt-{step:08d}"
@@ -41,6 +51,34 @@ def list_checkpoints(output: Path) -> list[tuple[int, Path]]:
 def latest_checkpoint(output: Path) -> Path | None:
     ckpts = list_checkpoints(output)
     return ckpts[-1][1] if ckpts else None
+
+
+def resume_settings(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a resolved run config (``to_dict`` form) that must not change on resume, dotted."""
+    from elfreg.fingerprint import flatten
+
+    flat = flatten(json.loads(json.dumps(cfg)))
+    free = RESUMABLE | (LENGTH if flat.get("train.lr_schedule") == "constant" else frozenset())
+    return {k: v for k, v in flat.items() if k not in free and k != "paper" and not k.startswith("paper.")}
+
+
+def check_resume(ckpt: Path, cfg: Any, output: Path) -> None:
+    """Refuse to resume from ``ckpt`` with a config that differs from its config.yaml in a key that changes the
+    run (RunMismatch: one line naming the keys and both values)."""
+    import yaml
+
+    from elfreg.configtools import to_dict
+    from elfreg.fingerprint import RunMismatch, differences, mismatch_message
+
+    path = Path(ckpt) / "config.yaml"
+    try:
+        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read the checkpoint's config ({type(exc).__name__}); pass --restart to "
+                         "start over") from None
+    diffs = differences(resume_settings(saved), resume_settings(to_dict(cfg)))
+    if diffs:
+        raise RunMismatch(mismatch_message(output, diffs, "--output"))
 
 
 def flatten_optimizer(state: dict[str, dict]) -> tuple[dict[str, Tensor], dict[str, Any]]:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from elfreg.cliargs import config_placeholder, cuda_problem, error_line, input_file, output_dir, torch_index
+from elfreg.fingerprint import add_restart_argument
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "budget) without training: one tokenizer pass over the data, no model")
     p.add_argument("--resume", choices=("auto", "never"), default="auto",
                    help="auto: continue from the newest complete checkpoint in --output (default)")
+    add_restart_argument(p)
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. train.lr=1e-3")
 
 
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         print("elfreg train: --output is required (unless --dry-run)", file=sys.stderr)
         return 2
     try:
-        res = train(cfg, Path(args.output), args.resume)
+        res = train(cfg, Path(args.output), args.resume, restart=args.restart)
     except TrainingDiverged as exc:
         print(f"elfreg train: {exc}", file=sys.stderr)
         return 3

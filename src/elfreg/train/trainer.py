@@ -22,6 +22,7 @@ from torch import Tensor
 from elfreg.atomic import atomic_write_text
 from elfreg.configtools import ConfigError, dump_yaml, to_dict
 from elfreg.data.templates import prompt_template
+from elfreg.fingerprint import move_aside
 from elfreg.hub import ElfModel
 from elfreg.objective import draw, loss_counts
 from elfreg.stats import FeatureStats
@@ -140,7 +141,8 @@ class Trainer:
     """One training run in ``output``; see ``train``."""
 
     def __init__(self, cfg: RunConfig, output: str | Path, resume: str = "auto", backbones=None,
-                 dataset: CachedFeatures | None = None, hooks: list[Callable[[int], None]] = ()) -> None:
+                 dataset: CachedFeatures | None = None, hooks: list[Callable[[int], None]] = (),
+                 restart: bool = False) -> None:
         if resume not in ("auto", "never"):
             raise ValueError(f"resume must be 'auto' or 'never', got {resume!r}")
         self.info: DistInfo = init_distributed()
@@ -164,10 +166,14 @@ class Trainer:
         check_backbones(cfg, backbones)
         self.cfg = cfg
         if self.info.is_main:
+            if restart:
+                move_aside([self.output])
             self.output.mkdir(parents=True, exist_ok=True)
             ck.clean_temporaries(self.output)
         barrier(self.info)
         self.resume_from = ck.latest_checkpoint(self.output) if resume == "auto" else None
+        if self.resume_from is not None:  # every rank: they all refuse alike, before any work
+            ck.check_resume(self.resume_from, cfg, self.output)
         self.dataset = dataset
         self.batches = self._make_batches()
         self.plan = self._make_plan()
@@ -552,6 +558,10 @@ class Trainer:
 
 
 def train(cfg: RunConfig, output: str | Path, resume: str = "auto", backbones=None,
-          dataset: CachedFeatures | None = None, hooks: list[Callable[[int], None]] = ()) -> TrainResult:
-    """Train (or resume) a run in ``output``; returns the final step, checkpoint and EMA model folder."""
-    return Trainer(cfg, output, resume, backbones, dataset, hooks).run()
+          dataset: CachedFeatures | None = None, hooks: list[Callable[[int], None]] = (),
+          restart: bool = False) -> TrainResult:
+    """Train (or resume) a run in ``output``; returns the final step, checkpoint and EMA model folder.
+
+    Resuming refuses a config that differs from the checkpoint's (elfreg.train.checkpoint.check_resume);
+    ``restart``: move an existing ``output`` aside first (``<name>.replaced-<UTC time>``) and start over."""
+    return Trainer(cfg, output, resume, backbones, dataset, hooks, restart).run()
