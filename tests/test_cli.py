@@ -234,7 +234,8 @@ def test_non_utf8_input_is_one_line_naming_file_and_line(capsys, files, argv, ba
     path = files / ("data/bad.jsonl" if "{t}/data" in argv else "bad.jsonl")
     path.write_bytes(("# ok\n" if argv[0] == "train" else "").encode() + (bad + "\n").encode("latin-1"))
     line = _one_line(capsys, *(a.format(bad=path, t=files) for a in argv))
-    assert f"{path}:{2 if argv[0] == 'train' else 1}: not UTF-8 text (byte 0xe9)" in line
+    column = bad.index("\xe9") + 1
+    assert f"{path}:{2 if argv[0] == 'train' else 1}: not UTF-8 (byte {column} of the line is 0xe9)" in line
 
 
 @pytest.mark.timeout(120)
@@ -245,22 +246,23 @@ def test_a_non_utf8_training_file_named_in_the_config_is_one_line(capsys, tmp_pa
               "columns: {prompt: prompt, response: response}}]")
     line = _one_line(capsys, "train", "--config", REPO / "configs/tiny-smoke.yaml", "--dry-run",
                      f"backbones.encoder={tiny_lm_dir}", f"backbones.teacher={tiny_lm_dir}", source)
-    assert f"{data}:2: not UTF-8 text (byte 0xe9)" in line
+    assert f"{data}:2: not UTF-8 (byte 16 of the line is 0xe9)" in line
 
 
 def test_utf8_problem_finds_the_line_across_chunk_borders(tmp_path):
     path = tmp_path / "big.txt"
     # "é" (2 bytes) split by the 1 MiB chunk border, then a bad byte on line 3
     path.write_bytes(b"a" * ((1 << 20) - 1) + "\xe9\n".encode() + b"ok\n" + b"x\xff\n")
-    assert utf8_problem(path) == f"{path}:3: not UTF-8 text (byte 0xff); save the file as UTF-8 " \
-                                 "(e.g. iconv -f latin1 -t utf-8)"
+    assert utf8_problem(path) == f"{path}:3: not UTF-8 (byte 2 of the line is 0xff); save the file as UTF-8"
+    path.write_bytes(b"a" * ((1 << 20) + 5) + b"\xff\n")   # a line longer than a chunk
+    assert utf8_problem(path).startswith(f"{path}:1: not UTF-8 (byte {(1 << 20) + 6} of the line is 0xff)")
     path.write_bytes("é\n".encode() * 3)
     assert utf8_problem(path) is None
     import gzip
 
     gz = tmp_path / "t.jsonl.gz"
     gz.write_bytes(gzip.compress(b"ok\n\xe9\n"))
-    assert utf8_problem(gz).startswith(f"{gz}:2: not UTF-8 text (byte 0xe9)")
+    assert utf8_problem(gz).startswith(f"{gz}:2: not UTF-8 (byte 1 of the line is 0xe9)")
 
 
 # Placeholder forms of the README, docs/*.md and configs/ (<output>/model, <dir>, DIR, FILE.jsonl) and common ones.

@@ -162,28 +162,32 @@ def cuda_problem(index: int | None = None) -> str | None:
 
 
 def utf8_problem(path: str | os.PathLike) -> str | None:
-    """``FILE:LINE: not UTF-8 text ...`` for the first byte of ``path`` (``.gz``: of its contents) that is not UTF-8,
-    or None (read in 1 MiB chunks: linear time)."""
+    """``FILE:LINE: not UTF-8 (byte N of the line is 0xXX) ...`` (the wording of eval.completions) for the first
+    byte of ``path`` (``.gz``: of its contents) that is not UTF-8, or None; read in 1 MiB chunks: linear time."""
     import gzip
 
-    line, pending = 1, b""
+    line, col, pending = 1, 0, b""   # col: bytes of the current line read before ``data``
+
+    def advance(done: bytes) -> None:
+        nonlocal line, col
+        line += done.count(b"\n")
+        nl = done.rfind(b"\n")
+        col = len(done) - nl - 1 if nl >= 0 else col + len(done)
+
     with (gzip.open if str(path).endswith(".gz") else open)(path, "rb") as f:
         while True:
             chunk = f.read(1 << 20)
-            data = pending + chunk
+            data, pending = pending + chunk, b""
             try:
                 data.decode("utf-8")
-                pending = b""
             except UnicodeDecodeError as exc:
+                advance(data[:exc.start])
                 if chunk and exc.reason == "unexpected end of data":   # a character split by the chunk border
-                    line += data.count(b"\n", 0, exc.start)
                     pending = data[exc.start:]
                     continue
-                line += data.count(b"\n", 0, exc.start)
-                return (f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8 "
-                        "(e.g. iconv -f latin1 -t utf-8)")
-            else:
-                line += data.count(b"\n")
+                return (f"{path}:{line}: not UTF-8 (byte {col + 1} of the line is 0x{data[exc.start]:02x}); "
+                        "save the file as UTF-8")
+            advance(data)
             if not chunk:
                 return None
 
