@@ -163,7 +163,7 @@ def test_bad_lines_of_a_completions_file_are_named_on_mmlu(tmp_path, capsys, bad
     tid = load_benchmark("mmlu_dev").problems[0].task_id
     good = json.dumps({"task_id": tid, "completion": "The answer is (A)."}).encode() + b"\n"
     rc, err, comp = _eval_score(tmp_path, good + bad, capsys)
-    assert rc == 2 and err == f"error: {comp}:2: {says}\n"
+    assert rc == 2 and err == f"elfreg eval score: error: {comp}:2: {says}\n"
 
 
 @pytest.mark.timeout(120)

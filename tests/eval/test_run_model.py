@@ -244,7 +244,7 @@ def test_eval_run_refuses_an_out_made_with_other_settings(tmp_path, tiny_lm_dir,
     capsys.readouterr()
     assert main([*base, "--nfe", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"elfreg eval: error: {out / 'generations.jsonl'}: was made with nfe=4, now nfe=3; pass --restart "
+    assert err == [f"elfreg eval run: error: {out / 'generations.jsonl'}: was made with nfe=4, now nfe=3; pass --restart "
                    "to start over, or use another --out"]
     assert (out / "generations.jsonl").read_bytes() == gens
     other = _save_tiny_model(tmp_path / "other", tiny_lm_dir, max_len=28)  # another model into the same folder

@@ -96,7 +96,7 @@ def test_resume_with_a_changed_config_is_refused_in_one_line(tmp_path, tiny_lm_d
                          (["model.width=32"], "was made with model.width=64, now model.width=32")):
         assert main(base + change) == 2
         err = [x for x in capsys.readouterr().err.strip().splitlines() if not x.startswith("Loading weights")]
-        assert err == [f"elfreg train: {out}: {said}; pass --restart to start over, or use another --output"]
+        assert err == [f"elfreg train: error: {out}: {said}; pass --restart to start over, or use another --output"]
         assert sorted(p.name for p in out.iterdir()) == before  # nothing written
     # where and how often: may change; the length too, under the constant schedule (the warm-up does not move)
     assert main(base + ["train.log_every=1", "train.save_every=2", "train.keep_last=3", "train.steps=4"]) == 0
