@@ -112,3 +112,18 @@ def test_digest_of_a_huge_output_is_the_sha256_of_its_text():
     assert encode_output(value) == {"sha": hashlib.sha256(text.encode()).hexdigest(), "n": len(text)}
     small = ["x"] * 10
     assert encode_output(small) == {"v": encode_text(small)}
+
+
+def test_nesting_check_is_linear_on_unterminated_strings():
+    import time
+
+    import pytest
+
+    for text in ('["' + '\\"' * (4 << 20), '"' * (8 << 20), '["' + '\\\\\\"[' * (1 << 20)):
+        t = time.monotonic()
+        check_nesting(text)  # no brackets outside strings: nothing to refuse
+        with pytest.raises(ValueError):
+            decode_text(text)
+        assert time.monotonic() - t < 3.0  # the old regex: 40 KB took 10.8 s
+    with pytest.raises(NestingError):
+        check_nesting('"\\\\"' + "[" * 500)  # the escaped backslash closes the string: the brackets count

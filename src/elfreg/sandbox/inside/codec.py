@@ -293,8 +293,17 @@ def _hook(obj, refs=None):
 
 # Deepest nesting a decoder accepts: the encoder stops at 200 levels of values, each at most two JSON levels deep.
 MAX_NESTING = 402
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def outside_strings(text: str) -> str:
+    r"""``text`` without its JSON string literals (quotes included), in linear time; an unterminated string runs to
+    the end. Outside strings a backslash is not JSON: a parser stops there, so what follows it does not matter.
+
+    Escape pairs go first (``\\`` then ``\"``, each left to right, as a JSON lexer pairs them); then every quote
+    left opens or closes a string. A regex over whole strings (``"[^"\\]*(?:\\.[^"\\]*)*"``) retries at every
+    escaped quote of an unterminated string: quadratic (80 KB of ``\"``: 40 s)."""
+    return "".join(text.replace("\\\\", "").replace('\\"', "").split('"')[::2])
 
 
 class NestingError(ValueError):
@@ -304,7 +313,7 @@ class NestingError(ValueError):
 def check_nesting(text: str, limit: int = MAX_NESTING) -> None:
     """Raise :class:`NestingError` if ``text`` nests arrays/objects deeper than ``limit`` (before any parsing)."""
     depth = 0
-    for c in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+    for c in _NOT_BRACKET.sub("", outside_strings(text)):
         if c in "[{":
             depth += 1
             if depth > limit:
