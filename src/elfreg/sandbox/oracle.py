@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .inside.codec import decode_text
+from .inside.codec import bounded_keys, decode_text
 
 def dataset_of(benchmark: str) -> str:
     """Which EvalPlus dataset's special oracles apply to ``benchmark`` (``humaneval``, ``mbpp`` or none)."""
@@ -81,7 +81,7 @@ def _match_values(dataset, entry_point, inp, out, exp, atol) -> bool:
         if entry_point == "digit_distance_nums":
             return exact or out == _digit_distance(*inp)
         if entry_point in MBPP_SET_EQ:
-            return set(out) == set(exp)
+            return set(bounded_keys(list(out))) == set(exp)  # a list of colliding ints: refused, not quadratic
         if entry_point in MBPP_NOT_NONE:
             want = exp is not None  # expected is stored raw; EvalPlus compares "is not None"
             return out == want if isinstance(out, bool) else want == (out is not None)

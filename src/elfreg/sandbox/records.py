@@ -100,6 +100,7 @@ class RecordStream:
         self.records: list[dict] = []
         self.arrivals: list[float] = []  # time.monotonic() when each record was read
         self.violation: str | None = None
+        self.started: float | None = None  # time.monotonic() when the run started (set by the sandbox)
 
     def due(self) -> float | None:
         """Monotonic time by which the next record must arrive (None: only the run's deadline)."""

@@ -18,6 +18,7 @@ import math
 import re
 import sys
 from array import array
+from collections import Counter
 from itertools import compress
 
 # An output is sent as its text when that is at most DIGEST_THRESHOLD characters and holds no list or tuple (outside
@@ -259,6 +260,37 @@ class Opaque:
         return f"Opaque({self.type_name})"
 
 
+# Building a set or dict compares each key with the keys already in it whose hashes are equal to its own: a set of
+# k * (2**61 - 1), whose hashes are all 0, is quadratic (90,000 ints: 170 s, the harness stalled). A decoded set or
+# dict may cost at most this many such comparisons.
+MAX_KEY_WORK = 1 << 20
+
+
+class CostError(ValueError):
+    """Encoded text whose decoding would cost too much: a set or dict of many distinct keys with equal hashes."""
+
+
+def bounded_keys(keys: list) -> list:
+    """``keys``, once checked that a set or dict of them costs at most :data:`MAX_KEY_WORK` comparisons of keys with
+    equal hashes (:class:`CostError` otherwise); linear time. Equal keys (a list with repeats) cost one each."""
+    if len(keys) ** 2 <= MAX_KEY_WORK:
+        return keys
+    counts = Counter(map(hash, keys))
+    if sum(c * c for c in counts.values() if c > 1) <= MAX_KEY_WORK:
+        return keys
+    shared = {h for h, c in counts.items() if c > 1}
+    # distinct keys per hash (by canonical text: equal text is an equal value, so this never undercounts)
+    distinct = Counter(h for h, _ in {(hash(k), encode_text(k)) for k in keys if hash(k) in shared})
+    work = sum(counts[h] * d for h, d in distinct.items())
+    if work > MAX_KEY_WORK:
+        raise CostError(f"a set or dict of {len(keys)} keys whose equal hashes would cost {work:,} comparisons")
+    return keys
+
+
+def _pairs_keys(pairs) -> list:
+    return bounded_keys([k for k, _ in pairs])
+
+
 def _hook(obj, refs=None):
     if len(obj) != 1:
         return obj
@@ -274,8 +306,9 @@ def _hook(obj, refs=None):
     if tag == "$t":
         return tuple(val)
     if tag == "$s":
-        return set(val)
+        return set(bounded_keys(val))
     if tag in ("$d", "$D"):
+        _pairs_keys(val)
         return {k: v for k, v in val}
     if tag == "$o":
         return Opaque(val)
@@ -346,8 +379,9 @@ def _plain_hook(obj):
     if tag == "$t" and type(val) is list:
         return tuple(val)
     if tag == "$s" and type(val) is list:
-        return set(val)
+        return set(bounded_keys(val))
     if tag == "$d" and type(val) is list and all(type(kv) is list and len(kv) == 2 for kv in val):
+        _pairs_keys(val)
         return {k: v for k, v in val}
     if tag == "$np" and type(val) is list and len(val) == 2 and type(val[0]) is str:
         # A numpy scalar becomes the builtin number it stands for (np.float64 is a float already).
