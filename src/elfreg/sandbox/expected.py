@@ -30,7 +30,8 @@ from .sandbox import Sandbox, default_cache_root
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = "v4"  # bump when the cached row layout changes (v4: harness-measured times, MAC per row)
+CACHE_FORMAT = "v5"  # bump when the cached row layout changes (v4: harness-measured times, MAC per row; v5:
+# digests write numbers by value)
 _ISOLATED_KEY = "key"
 
 

@@ -19,27 +19,40 @@ import re
 import sys
 from array import array
 from collections import Counter
-from itertools import compress
 
 # An output is sent as its text when that is at most DIGEST_THRESHOLD characters and holds no list or tuple (outside
 # dicts and sets, which encode their parts as text) of at least BLOB_MIN numbers; otherwise as the sha256 of its
-# digest form (exact match only): the text with such sequences written as binary doubles (:func:`_numbers_blob`),
-# which is far cheaper than their decimals.
+# digest form (:func:`digest_of`): the text with numbers written by value (``True``, ``1`` and ``1.0`` alike, as
+# ``==`` and so EvalPlus have them) and such sequences as binary doubles (:func:`_numbers_blob`), which is far
+# cheaper than their decimals.
 DIGEST_THRESHOLD = 1 << 20
 BLOB_MIN = 1 << 16
 _BLOB_SMALLEST = 16  # the digest form writes shorter number sequences as text
 _SMALL_INT = 1 << 63
-_EXACT_INT = 1 << 53  # ints up to this size are exact as doubles
+_EXACT_INT = 1 << 53  # ints below this size are exact as doubles
 
 
-def _encode(x, put, depth=0, ordered=False, blob=None):
+def _by_value(x):
+    """The digest form's number: a bool, or a float with an integral value, as the int it equals (so ``==`` numbers
+    are written alike); anything else unchanged."""
+    if x is True or x is False:
+        return int(x)
+    if isinstance(x, float) and type(x).__module__ != "numpy" and float.is_integer(x):
+        return int(x)
+    return x
+
+
+def _encode(x, put, depth=0, ordered=False, blob=None, digest=False):
     """Write the canonical JSON encoding of ``x`` through ``put`` (equal values -> equal text).
 
     ``ordered`` (call arguments) keeps dicts in insertion order, which a function may depend on. ``blob``
-    (:func:`encode_output`) may take over a list or tuple: it returns bytes to write instead of its elements."""
+    (:func:`encode_output`) may take over a list or tuple: it returns bytes to write instead of its elements.
+    ``digest``: the digest form, numbers by value (:func:`_by_value`)."""
     if depth > 200:
         raise RecursionError("value nested too deeply to encode")
     d = depth + 1
+    if digest:
+        x = _by_value(x)
     if x is None:
         put("null")
     elif x is True:
@@ -63,22 +76,22 @@ def _encode(x, put, depth=0, ordered=False, blob=None):
         _encode(x.imag, put, d)
         put("]}")
     elif isinstance(x, list):
-        _encode_seq(x, put, d, "[", "]", ordered, blob)
+        _encode_seq(x, put, d, "[", "]", ordered, blob, digest)
     elif isinstance(x, tuple):
-        _encode_seq(x, put, d, '{"$t":[', "]}", ordered, blob)
+        _encode_seq(x, put, d, '{"$t":[', "]}", ordered, blob, digest)
     elif isinstance(x, (set, frozenset)):
         # Sets compare order-free: sort the element encodings so equal sets encode equally.
-        put('{"$s":[' + ",".join(sorted(encode_text(e, d) for e in x)) + "]}")
+        put('{"$s":[' + ",".join(sorted(encode_text(e, d, digest=digest) for e in x)) + "]}")
     elif isinstance(x, dict) and ordered:
-        put('{"$D":[' + ",".join("[%s,%s]" % (encode_text(k, d, True), encode_text(v, d, True))
+        put('{"$D":[' + ",".join("[%s,%s]" % (encode_text(k, d, True, digest), encode_text(v, d, True, digest))
                                   for k, v in x.items()) + "]}")
     elif isinstance(x, dict):
-        items = sorted((encode_text(k, d), encode_text(v, d)) for k, v in x.items())
+        items = sorted((encode_text(k, d, digest=digest), encode_text(v, d, digest=digest)) for k, v in x.items())
         put('{"$d":[' + ",".join("[%s,%s]" % kv for kv in items) + "]}")
     elif type(x).__module__ == "numpy" and hasattr(x, "dtype"):
         tag = "$nd" if hasattr(x, "shape") and type(x).__name__ == "ndarray" else "$np"
         put('{"%s":[%s,' % (tag, json.dumps(str(x.dtype))))
-        _encode(x.tolist() if tag == "$nd" else x.item(), put, d, blob=blob)
+        _encode(x.tolist() if tag == "$nd" else x.item(), put, d, blob=blob, digest=digest)
         put("]}")
     elif type(x) is Ref:
         put('{"$g":%s}' % json.dumps(x.name))
@@ -87,8 +100,8 @@ def _encode(x, put, depth=0, ordered=False, blob=None):
 
 
 _SCALARS = frozenset((str, bool, type(None), int, float))
-_NUMBERS = frozenset((int, float))
-_INT_FLAG = {int: 1, float: 0}
+_NUMBERS = frozenset((int, float, bool))
+_BY_VALUE = frozenset((float, bool))  # the types the digest form rewrites (:func:`_by_value`)
 _NON_FINITE = (("-Infinity", '{"$f":"-inf"}'), ("Infinity", '{"$f":"inf"}'), ("NaN", '{"$f":"nan"}'))
 
 
@@ -113,43 +126,27 @@ def _flat_text(xs, types: set) -> str | None:
 
 
 def _numbers_blob(xs, types: set) -> bytes | None:
-    """A flat sequence of exact ``int`` and ``float`` as bytes for the digest form: a NUL (never in JSON text), the
-    count, the kind, then the values as little-endian doubles. The kind: ``i`` all ints, ``f`` all floats, ``p``
-    mixed with the ints' positions, ``m`` mixed with one type byte per element. None if a value is NaN (its bits are
-    not canonical; also when the sum is NaN because both infinities occur) or an int is not exact as a double."""
+    """A flat sequence of exact ``bool``, ``int`` and ``float`` as bytes for the digest form: a NUL (never in JSON
+    text), the count, then the values as little-endian doubles, by value (``True``, ``1`` and ``1.0`` alike, ``-0.0``
+    as ``0.0``: as ``==`` has them). None if a value is NaN (its bits are not canonical; also when the sum is NaN
+    because both infinities occur), infinite or at least 2**53 in magnitude (the text form writes those: an int
+    there may not be exact as a double, and the float equal to it must take the same form)."""
     if not types <= _NUMBERS:
         return None
     try:
         values = array("d", xs)
     except OverflowError:
         return None
-    if math.isnan(sum(values)):  # a NaN (or both infinities: those too take the text form)
+    if math.isnan(sum(values)) or max(values) >= _EXACT_INT or min(values) <= -_EXACT_INT:
         return None
-    kind, extra = b"f", b""
-    if int in types:
-        if float in types:
-            tl = list(map(type, xs))
-            k = tl.count(int)
-            if 8 * k < len(xs):  # few ints (HumanEval/130: two): their positions
-                at, i = array("q"), -1
-                for _ in range(k):
-                    i = tl.index(int, i + 1)
-                    at.append(i)
-                ints = [xs[i] for i in at]
-                kind, extra = b"p", len(at).to_bytes(8, "little") + at.tobytes()
-            else:
-                kind, extra = b"m", bytes(map(_INT_FLAG.__getitem__, tl))
-                ints = compress(xs, extra)
-        else:
-            kind, ints = b"i", xs
-        if max(map(abs, ints)) > _EXACT_INT:
-            return None
+    if values.count(0.0):  # counts -0.0 too
+        values = array("d", [v + 0.0 for v in values])  # -0.0 + 0.0 is 0.0
     if sys.byteorder == "big":
         values.byteswap()
-    return b"\0N" + len(xs).to_bytes(8, "little") + kind + extra + values.tobytes()
+    return b"\0N" + len(xs).to_bytes(8, "little") + values.tobytes()
 
 
-def _encode_seq(xs, put, depth, open_, close, ordered=False, blob=None):
+def _encode_seq(xs, put, depth, open_, close, ordered=False, blob=None, digest=False):
     # One json.dumps call for a sequence of scalars (MBPP+ Mbpp/255's reference output holds ~10^8 strings: a call
     # per element takes minutes); in a digest, one array for a long sequence of numbers (HumanEval+ /130's lists
     # of ~10^5 floats: their decimals take seconds).
@@ -161,7 +158,7 @@ def _encode_seq(xs, put, depth, open_, close, ordered=False, blob=None):
             put(data)
             put(close)
             return
-        flat = _flat_text(xs, types)
+        flat = None if digest and types & _BY_VALUE else _flat_text(xs, types)
         if flat is not None:
             put(open_ + flat + close)
             return
@@ -169,14 +166,15 @@ def _encode_seq(xs, put, depth, open_, close, ordered=False, blob=None):
     for i, e in enumerate(xs):
         if i:
             put(",")
-        _encode(e, put, depth, ordered, blob)
+        _encode(e, put, depth, ordered, blob, digest)
     put(close)
 
 
-def encode_text(x, depth=0, ordered=False) -> str:
-    """Canonical encoding of ``x`` as one string (``ordered``: dicts in insertion order)."""
+def encode_text(x, depth=0, ordered=False, digest=False) -> str:
+    """Canonical encoding of ``x`` as one string (``ordered``: dicts in insertion order; ``digest``: numbers by
+    value, as in the digest form)."""
     parts: list = []
-    _encode(x, parts.append, depth, ordered)
+    _encode(x, parts.append, depth, ordered, digest=digest)
     return "".join(parts)
 
 
@@ -211,6 +209,18 @@ def encode_output(x) -> dict:
         return {"v": "".join(parts)}
     except _Long:
         parts.clear()
+    return _digest(x, blobs)
+
+
+def digest_of(x) -> dict:
+    """``{"sha": hex, "n": length}`` of ``x``'s digest form, whatever its length: the harness compares an output
+    sent as text with one sent as a digest this way."""
+    return _digest(x, {})
+
+
+def _digest(x, blobs: dict) -> dict:
+    """The sha256 and length of ``x``'s digest form, streamed (bounded memory); ``blobs``: id(sequence) -> its blob,
+    where already computed."""
     h, chunk, count = hashlib.sha256(), bytearray(), [0]
 
     def put_digest(s):
@@ -227,7 +237,7 @@ def encode_output(x) -> dict:
             return blobs.pop(id(xs))
         return _numbers_blob(xs, types) if len(xs) >= _BLOB_SMALLEST else None
 
-    _encode(x, put_digest, blob=digest_blob)
+    _encode(x, put_digest, blob=digest_blob, digest=True)
     h.update(chunk)
     return {"sha": h.hexdigest(), "n": count[0]}
 
