@@ -19,6 +19,7 @@ import re
 import sys
 from array import array
 from collections import Counter
+from itertools import compress
 
 # An output is sent as its text when that is at most DIGEST_THRESHOLD characters and holds no list or tuple (outside
 # dicts and sets, which encode their parts as text) of at least BLOB_MIN numbers; otherwise as the sha256 of its
@@ -29,7 +30,7 @@ DIGEST_THRESHOLD = 1 << 20
 BLOB_MIN = 1 << 16
 _BLOB_SMALLEST = 16  # the digest form writes shorter number sequences as text
 _SMALL_INT = 1 << 63
-_EXACT_INT = 1 << 53  # ints below this size are exact as doubles
+_EXACT_INT = 1 << 53  # ints up to this size are exact as doubles (larger ones may be)
 
 
 def _by_value(x):
@@ -129,21 +130,40 @@ def _numbers_blob(xs, types: set) -> bytes | None:
     """A flat sequence of exact ``bool``, ``int`` and ``float`` as bytes for the digest form: a NUL (never in JSON
     text), the count, then the values as little-endian doubles, by value (``True``, ``1`` and ``1.0`` alike, ``-0.0``
     as ``0.0``: as ``==`` has them). None if a value is NaN (its bits are not canonical; also when the sum is NaN
-    because both infinities occur), infinite or at least 2**53 in magnitude (the text form writes those: an int
-    there may not be exact as a double, and the float equal to it must take the same form)."""
+    because both infinities occur) or an int is not exact as a double (no float equals it: the text form writes it)."""
     if not types <= _NUMBERS:
         return None
     try:
         values = array("d", xs)
     except OverflowError:
         return None
-    if math.isnan(sum(values)) or max(values) >= _EXACT_INT or min(values) <= -_EXACT_INT:
+    if float in types and math.isnan(sum(values)):
         return None
-    if values.count(0.0):  # counts -0.0 too
+    if types != _FLOATS:
+        ints = xs if float not in types else list(compress(xs, map(_NOT_FLOAT.__contains__, map(type, xs))))
+        if max(map(abs, ints)) > _EXACT_INT and any(float(k) != k for k in ints):  # one a double does not hold
+            return None
+    if _has_negative_zero(values):
         values = array("d", [v + 0.0 for v in values])  # -0.0 + 0.0 is 0.0
     if sys.byteorder == "big":
         values.byteswap()
     return b"\0N" + len(xs).to_bytes(8, "little") + values.tobytes()
+
+
+_FLOATS = {float}
+_NOT_FLOAT = frozenset((int, bool))
+_NEGATIVE_ZERO = array("d", [-0.0]).tobytes()
+
+
+def _has_negative_zero(values: array) -> bool:
+    """Whether ``values`` holds a -0.0 (a search of its bytes: ``count(0.0)`` makes an object per element)."""
+    data = values.tobytes()
+    i = data.find(_NEGATIVE_ZERO)
+    while i >= 0:
+        if i % 8 == 0:
+            return True
+        i = data.find(_NEGATIVE_ZERO, i + 1)
+    return False
 
 
 def _encode_seq(xs, put, depth, open_, close, ordered=False, blob=None, digest=False):
