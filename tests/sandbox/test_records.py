@@ -97,7 +97,7 @@ HOSTILE = {
     "not ASCII": b'{"i":0,"v":"\xc3\xa9"}\n',
     "NaN": b'{"i":0,"v":NaN}\n',
     "a huge integer": b'{"i":' + b"9" * 100_000 + b',"v":"1"}\n',
-    "an unterminated string of escaped quotes": b'{"i":0,"v":"' + b'\\"' * 2_000_000 + b"\n",  # was days to refuse
+    "an unterminated string of escaped quotes": b'{"i":0,"v":"' + b'\\"' * 100_000 + b"\n",  # the old regex: minutes
     "a flood": None,  # more than the result channel takes
 }
 TASK = {"humaneval": "HumanEval/0", "humaneval_plus": "HumanEval/0", "mbpp": "Mbpp/11", "mbpp_plus": "Mbpp/2"}

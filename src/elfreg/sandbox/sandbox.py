@@ -514,7 +514,7 @@ class Sandbox:
         try:
             os.set_blocking(r_fd, False)
             capacity = _pipe_capacity(r_fd)
-            buf, total = b"", 0
+            buf, total = bytearray(), 0  # the record being written (no newline yet)
             while True:
                 select.select([r_fd], [], [], max(0.0, next_due() - time.monotonic()))
                 looked = time.monotonic()
@@ -526,17 +526,18 @@ class Sandbox:
                     stream.violate(f"the program wrote more than {self.config.max_result_bytes:,} bytes of "
                                    "results")
                     break
-                if data:
-                    buf += data
+                if b"\n" in data:  # a record's bytes are copied once more when it completes: linear in all
                     now = time.monotonic()
-                    lines = buf.split(b"\n")
-                    buf = lines.pop()
+                    lines = (bytes(buf) + data).split(b"\n")
+                    buf = bytearray(lines.pop())
                     if any(stream.feed(line, now) for line in lines):
                         break
-                    if len(buf) > MAX_RECORD_BYTES:
-                        stream.violate(f"result record {len(stream.records) + 1} is malformed: it is longer than "
-                                       f"{MAX_RECORD_BYTES:,} bytes")
-                        break
+                else:
+                    buf += data  # a long record arrives in many small pieces: no copy of what came before
+                if len(buf) > MAX_RECORD_BYTES:
+                    stream.violate(f"result record {len(stream.records) + 1} is malformed: it is longer than "
+                                   f"{MAX_RECORD_BYTES:,} bytes")
+                    break
                 if eof:
                     break
                 if looked >= next_due():  # also when bytes keep coming but no record completes
@@ -568,9 +569,9 @@ class Sandbox:
 
 
 def _result_pipe() -> tuple[int, int]:
-    """A pipe for result records, grown to hold a whole record (``MAX_RECORD_BYTES``) where the kernel allows
-    (root, or ``/proc/sys/fs/pipe-max-size``; otherwise as large as it allows), so a program that wrote its record
-    in time never waits on a harness that reads late."""
+    """A pipe for result records, grown to hold a whole record (``MAX_RECORD_BYTES``) where the kernel allows it
+    (``CAP_SYS_RESOURCE``; else up to ``/proc/sys/fs/pipe-max-size``, usually 1 MiB), so a program that wrote its
+    record in time never waits on a harness that reads late."""
     r_fd, w_fd = os.pipe()
     for size in (MAX_RECORD_BYTES, _PIPE_MAX_SIZE):
         try:
