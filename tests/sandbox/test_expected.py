@@ -32,7 +32,7 @@ def _rewrite(path, task_id: str, change: dict) -> None:
 def _untimed(row: dict) -> dict:
     """A cached row without its (machine- and load-dependent) times."""
     return {k: [{f: x for f, x in e.items() if f != "t"} for e in v] if k in ("base", "plus") else v
-            for k, v in row.items() if k not in ("ref_time", "check_time")}
+            for k, v in row.items() if k not in ("ref_time", "check_time", "base_load", "plus_load")}
 
 
 def _wrong(p) -> str:

@@ -77,3 +77,46 @@ def test_a_trickle_of_bytes_does_not_hold_the_clock(tmp_path):
         score_completions(bench, [Completion(p.task_id, 0, program, 1, "solution")], tmp_path / "r.jsonl", opts, sb)
     row = json.loads((tmp_path / "r.jsonl").read_text())["noalias"]
     assert row["base"] == "timeout", row
+
+
+PRECOMPUTE = """
+import sys, time
+def _answers():  # the inputs are in the runner's frames: answer them all before `ready`, slowly
+    f = sys._getframe(1)
+    while f is not None and "payload" not in f.f_locals:
+        f = f.f_back
+    time.sleep({delay})  # (a slow solution that would miss every input's limit)
+    return {{}}
+_ANSWERS = _answers()
+def {ep}(*args, **kwargs):
+    return _ANSWERS.get(repr(args), _right(*args, **kwargs))  # (the sanitizer keeps what the entry point uses)
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", ["humaneval_plus", "mbpp_plus"])
+def test_a_program_that_computes_while_loading_times_out(name, tmp_path):
+    # Before, loading counted only against the whole run's cap (here about 2 x 6 s + 1 s), so a program could spend
+    # it all before `ready` and then answer every input at once. Now loading has a limit of its own, by the time rule.
+    import re
+
+    bench = load_benchmark(name)
+    p = bench.by_id[TASK[name]]
+    opts = ScoreOptions(workers=1, cache_dir=str(tmp_path / "cache"), allow_subset=True, progress=False,
+                        time_rule=RULE, ks=(1,))
+    with any_sandbox(memory_bytes=1 << 30) as sb:
+        from elfreg.sandbox.expected import ExpectedOutputs
+
+        exp = ExpectedOutputs(bench, sb, tmp_path / "cache").load_or_compute(progress=False, only={p.task_id})
+        tests = exp.io(p, ("base", "plus"))
+        load_limit = RULE.limit(sum(t.load for t in tests))
+        delay = load_limit + 2.0
+        assert delay + 2.0 < 2 * RULE.sample_cap_s  # within the run's cap: the old harness let it through
+        right = re.sub(rf"\b{p.entry_point}\b", "_right", p.reference)
+        slow = right + PRECOMPUTE.format(ep=p.entry_point, delay=delay)
+        fast = right + PRECOMPUTE.format(ep=p.entry_point, delay=0.0)
+        comps = [Completion(p.task_id, 0, slow, 1, "solution"), Completion(p.task_id, 1, fast, 2, "solution")]
+        score_completions(bench, comps, tmp_path / "results.jsonl", opts, sb)
+    rows = {r["sample"]: r["noalias"] for r in map(json.loads, (tmp_path / "results.jsonl").read_text().splitlines())}
+    assert rows[0]["base"] == "timeout" and "loading the program took longer" in rows[0]["detail"], rows[0]
+    assert rows[1]["base"] == "pass" and rows[1]["plus"] == "pass", rows[1]

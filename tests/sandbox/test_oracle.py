@@ -34,3 +34,48 @@ def test_mbpp_special_oracles():
 
 def test_error_record_never_matches():
     assert not outputs_match("humaneval", "f", [], {"error": "ValueError"}, {"v": "1"}, 0.0)
+
+
+TRI_INTS = """
+def tri(n):
+    if n == 0:
+        return [1]
+    ans = [1, 3]
+    for i in range(2, n + 1):
+        if i % 2 == 0:
+            ans.append(1 + i // 2{bug})
+        else:
+            ans.append(ans[-1] + ans[-2] + 1 + (i + 1) // 2)
+    return ans
+"""
+
+
+def test_humaneval_plus_130_ints_where_the_reference_has_floats_pass_as_in_evalplus(tmp_path):
+    # The reference returns x.0 floats (1 + n / 2); a solution with ints is == to it, which is EvalPlus' check, and
+    # passes there. Its long outputs go as digests: the digest form writes numbers by value, so it passes here too.
+    import time
+
+    from elfreg.eval.datasets import load_benchmark
+    from elfreg.eval.scoring import score_program
+    from elfreg.sandbox.codecheck import TimeRule
+    from elfreg.sandbox.expected import ExpectedOutputs
+
+    from ._isolation import any_sandbox
+
+    bench = load_benchmark("humaneval_plus")
+    p = bench.by_id["HumanEval/130"]
+    big = max(p.plus_inputs)[0]
+    ns = {}
+    exec(TRI_INTS.format(bug=""), ns)
+    ref: dict = {}
+    exec(p.reference, ref)
+    assert ns["tri"](big) == ref["tri"](big) and "sha" in encode_output(ref["tri"](big))  # ==, and a digest
+    with any_sandbox(memory_bytes=2 << 30) as sb:
+        exp = ExpectedOutputs(bench, sb, tmp_path).load_or_compute(progress=False, only={p.task_id})
+        rule = TimeRule(min_time_s=10.0, sample_cap_s=120.0)
+        t = time.monotonic()
+        right = score_program(bench, p, p.extra["preamble"] + TRI_INTS.format(bug=""), sb, exp, rule)
+        wrong = score_program(bench, p, p.extra["preamble"] + TRI_INTS.format(bug=" + (i == 100000)"), sb, exp, rule)
+    assert right["base"] == "pass" and right["plus"] == "pass", right
+    assert wrong["base"] == "pass" and wrong["plus"] == "fail", wrong  # only the long outputs differ: digests
+    print(f"scored in {time.monotonic() - t:.1f} s")

@@ -10,7 +10,9 @@
 * differential tests (HumanEval+, MBPP+): per-input limit max(min_time_s, factor x the reference's time for
   that input) (EvalPlus' rule), outputs compared by the harness with :func:`.oracle.outputs_match`; the run stops
   at the first mismatch; each test set's time is capped per sample. A program's test sets (base, then plus) run
-  in one process, as one stream of inputs.
+  in one process, as one stream of inputs. Loading (until ``ready``) has a limit of its own by the same rule,
+  from the reference's load time: a program cannot compute every answer before ``ready``, out of the clocks of
+  the inputs.
 
 Time is the harness's: a limit runs from the arrival of the previous record (the program's ``ready``, then each
 output) on the harness's clock, and the harness kills the run when it passes; nothing the program reports about
@@ -84,12 +86,13 @@ class OutputStream(RecordStream):
     """The records of a ``calls``/``io`` run: ``ready``, then call i's output for i = 0, 1, ... in order.
 
     ``tails[i]`` is the reference's output record for call i after its ``{"i":i,`` (or None): an identical line
-    is taken without parsing. ``limits[i]`` (optional) is call i's time limit from the previous record's arrival.
-    :meth:`output` judges each output as it comes."""
+    is taken without parsing. ``limits[i]`` (optional) is call i's time limit from the previous record's arrival;
+    ``load_limit`` (optional) the time from the run's start to ``ready``. :meth:`output` judges each output as it
+    comes."""
 
-    def __init__(self, tails: list, limits: list[float] | None = None) -> None:
+    def __init__(self, tails: list, limits: list[float] | None = None, load_limit: float | None = None) -> None:
         super().__init__("")
-        self.tails, self.limits = tails, limits
+        self.tails, self.limits, self.load_limit = tails, limits, load_limit
         self.n = len(tails)
         self.got: list[dict] = []  # call i's output fields (v/sha/n/error), in order
         self.same: list[bool] = []  # call i's output is the reference's
@@ -97,7 +100,9 @@ class OutputStream(RecordStream):
         self.stopped = ""  # why the stream stopped early, if it did
 
     def due(self) -> float | None:
-        if self.limits is None or self.clock is None or len(self.got) >= self.n:
+        if self.clock is None:
+            return None if self.load_limit is None or self.started is None else self.started + self.load_limit
+        if self.limits is None or len(self.got) >= self.n:
             return None
         return self.clock + self.limits[len(self.got)]
 
@@ -251,13 +256,15 @@ class IOTests:
     inputs_text: str  # their encoding, without the outer brackets
     expected: list  # per input {"v"|"sha"+"n", "t": the reference's seconds on the harness's clock}
     tails: list  # per input the identical output's record tail (:func:`tail`), or None where the oracle decides
+    load: float = 0.0  # the reference's seconds from its run's start to ``ready`` (start, program, these inputs)
 
     @classmethod
-    def build(cls, name: str, inputs: list, inputs_text: str, expected: list, entry_point: str) -> "IOTests":
+    def build(cls, name: str, inputs: list, inputs_text: str, expected: list, entry_point: str,
+              load: float = 0.0) -> "IOTests":
         """``inputs_text``: :func:`encode_inputs` of ``inputs`` (cached with the expected outputs)."""
         special = entry_point in SPECIAL_ORACLES
         tails = [None if special or _needs_oracle(e) else tail(e) for e in expected]
-        return cls(name, inputs, inputs_text[1:-1], expected, tails)
+        return cls(name, inputs, inputs_text[1:-1], expected, tails, load)
 
 
 def encode_inputs(inputs: list) -> str:
@@ -274,8 +281,8 @@ def _needs_oracle(exp: dict) -> bool:
 class _IOStream(OutputStream):
     """Outputs of one program over its test sets in order; stops at the first wrong output."""
 
-    def __init__(self, tests: list[IOTests], limits: list[float], dataset: str, problem) -> None:
-        super().__init__([t for s in tests for t in s.tails], limits)
+    def __init__(self, tests: list[IOTests], limits: list[float], dataset: str, problem, load_limit: float) -> None:
+        super().__init__([t for s in tests for t in s.tails], limits, load_limit)
         self.expected = [e for s in tests for e in s.expected]
         self.inputs = [a for s in tests for a in s.inputs]
         self.dataset, self.problem = dataset, problem
@@ -298,7 +305,10 @@ def run_io(sandbox: Sandbox, program: str, problem, dataset: str, tests: list[IO
     starts = [sum(sizes[:k]) for k in range(len(tests))]
     if not limits:
         return {s.name: CheckResult("pass") for s in tests}
-    stream = _IOStream(tests, limits, dataset, problem)
+    # Loading (start, program, decoding the inputs) gets the time rule's limit on the reference's loads of these
+    # sets: answers computed before `ready` (the inputs are in the runner's frames) would escape the inputs' limits.
+    load_limit = rule.limit(sum(s.load for s in tests))
+    stream = _IOStream(tests, limits, dataset, problem, load_limit)
     # Each test set at most max(sample_cap, factor x its total reference time) (EvalPlus: 60 s; the second term
     # keeps a huge reference within reach on a slow machine), and never more than its inputs' limits added up;
     # +1 s for loading the program.
@@ -318,6 +328,8 @@ def run_io(sandbox: Sandbox, program: str, problem, dataset: str, tests: list[IO
     if stream.wrong is not None:
         err = stream.got[i].get("error")
         verdict = CheckResult("fail", f"wrong output on input {j}" + (f" (it raised {one_line(err, 100)})" if err else ""))
+    elif res.timed_out and stream.clock is None:
+        verdict = CheckResult("timeout", f"loading the program took longer than its limit, {load_limit:.1f}s")
     elif res.timed_out:
         verdict = CheckResult("timeout", f"no output for input {j} within its limit")
     elif stream.last.get("status") == "fail":

@@ -30,7 +30,8 @@ from .sandbox import Sandbox, default_cache_root
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = "v4"  # bump when the cached row layout changes (v4: harness-measured times, MAC per row)
+CACHE_FORMAT = "v5"  # bump when the cached row layout changes (v4: harness-measured times, MAC per row; v5:
+# digests write numbers by value, the reference's load time per test set)
 _ISOLATED_KEY = "key"
 
 
@@ -89,7 +90,8 @@ class ExpectedOutputs:
     """Reference outputs and times of a benchmark, computed by running the canonical solutions in the sandbox.
 
     :attr:`table` maps task_id to a cached row: ``{"base": [...], "plus": [...]}`` for differential tests (per input
-    ``{"v"|"sha"+"n", "t"}``; with ``base_inputs``/``plus_inputs``, the inputs' payload text), ``{"calls",
+    ``{"v"|"sha"+"n", "t"}``; with ``base_inputs``/``plus_inputs``, the inputs' payload text, and ``base_load``/
+    ``plus_load``, the reference's seconds to ``ready``), ``{"calls",
     "outputs", "ref_time", "check_time"}`` for original tests."""
 
     def __init__(self, benchmark, sandbox: Sandbox, cache_dir: str | Path | None = None, workers: int = 2) -> None:
@@ -175,7 +177,8 @@ class ExpectedOutputs:
         if got is None:
             row = self.table[p.task_id]
             inputs = {"base": p.base_inputs or [], "plus": p.plus_inputs or []}
-            got = [IOTests.build(s, inputs[s], row[f"{s}_inputs"], row[s], p.entry_point or "") for s in splits]
+            got = [IOTests.build(s, inputs[s], row[f"{s}_inputs"], row[s], p.entry_point or "", row[f"{s}_load"])
+                   for s in splits]
             with self._lock:
                 self._prepared[key] = got
         return got
@@ -189,7 +192,7 @@ class ExpectedOutputs:
             if inputs is not None:
                 # the inputs' payload text is kept too: encoding them again for every run costs seconds
                 row[f"{split}_inputs"] = text = encode_inputs(inputs)
-                row[split] = self._reference_outputs(p, text, len(inputs)) if inputs else []
+                row[split], row[f"{split}_load"] = self._reference_outputs(p, text, len(inputs)) if inputs else ([], 0.0)
         return row
 
     def _record(self, p) -> dict:
@@ -214,8 +217,9 @@ class ExpectedOutputs:
             raise RuntimeError(f"{fail}: the replayed tests fail on its own outputs: {chk.stream.failure()}")
         return {"calls": calls, "outputs": stream.got, "ref_time": out.wall_s, "check_time": time.monotonic() - t0}
 
-    def _reference_outputs(self, p, inputs_text: str, n: int) -> list:
-        """The reference's output per input, and its time on the harness's clock (from the previous record)."""
+    def _reference_outputs(self, p, inputs_text: str, n: int) -> tuple[list, float]:
+        """The reference's output per input with its time on the harness's clock (from the previous record), and its
+        load time (from the run's start to ``ready``)."""
         stream = _ReferenceStream(n)
         payload = {"mode": "io", "program": p.reference, "entry_point": p.entry_point, "inputs": inputs_text}
         self.sandbox.run(payload, deadline_s=1800.0, stream=stream)
@@ -223,7 +227,7 @@ class ExpectedOutputs:
             raise RuntimeError(f"{self.benchmark.name} {p.task_id}: reference solution failed on an input "
                                f"({len(stream.got)}/{n} ran; "
                                f"{stream.violation or stream.stopped or stream.failure()})")
-        return [dict(g, t=t) for g, t in zip(stream.got, stream.times)]
+        return [dict(g, t=t) for g, t in zip(stream.got, stream.times)], stream.load
 
 
 class _ReferenceStream(OutputStream):
@@ -232,11 +236,13 @@ class _ReferenceStream(OutputStream):
     def __init__(self, n: int) -> None:
         super().__init__([None] * n, [300.0] * n)
         self.times: list[float] = []
+        self.load = 0.0
         self._last: float | None = None
 
     def accept(self, rec: dict, now: float) -> bool:
         if rec.get("status") == "ready":
             self._last = now
+            self.load = now - (self.started if self.started is not None else now)
         return super().accept(rec, now)
 
     def output(self, i: int, rec: dict | None, now: float) -> bool:

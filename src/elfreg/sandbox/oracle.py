@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .inside.codec import decode_text
+from .inside.codec import bounded_keys, decode_text, digest_of
 
 def dataset_of(benchmark: str) -> str:
     """Which EvalPlus dataset's special oracles apply to ``benchmark`` (``humaneval``, ``mbpp`` or none)."""
@@ -55,13 +55,20 @@ def outputs_match(dataset: str, entry_point: str, inp: list, out_rec: dict, exp_
     """Does the program's output record match the expected one? Records hold ``v`` (text) or ``sha``."""
     if "error" in out_rec:
         return False
-    if "sha" in out_rec or "sha" in exp_rec:  # long outputs: exact match of canonical encodings
-        return out_rec.get("sha") == exp_rec.get("sha") and out_rec.get("n") == exp_rec.get("n")
     try:
+        if "sha" in out_rec or "sha" in exp_rec:  # a long output: digest forms match (numbers by value, as ==)
+            return _digest(out_rec) == _digest(exp_rec)
         out, exp = decode_text(out_rec["v"]), decode_text(exp_rec["v"])
         return _match_values(dataset, entry_point, inp, out, exp, atol)
     except Exception:  # noqa: BLE001 - any failure to compare is a mismatch, as in EvalPlus
         return False
+
+
+def _digest(rec: dict) -> tuple:
+    """``(sha, n)`` of an output record's digest form; an output sent as text is decoded and digested here (the
+    other side is long: e.g. HumanEval+/130's ints where the reference's floats are more characters)."""
+    d = rec if "sha" in rec else digest_of(decode_text(rec["v"]))
+    return d["sha"], d["n"]
 
 
 def _match_values(dataset, entry_point, inp, out, exp, atol) -> bool:
@@ -81,7 +88,7 @@ def _match_values(dataset, entry_point, inp, out, exp, atol) -> bool:
         if entry_point == "digit_distance_nums":
             return exact or out == _digit_distance(*inp)
         if entry_point in MBPP_SET_EQ:
-            return set(out) == set(exp)
+            return set(bounded_keys(list(out))) == set(exp)  # a list of colliding ints: refused, not quadratic
         if entry_point in MBPP_NOT_NONE:
             want = exp is not None  # expected is stored raw; EvalPlus compares "is not None"
             return out == want if isinstance(out, bool) else want == (out is not None)

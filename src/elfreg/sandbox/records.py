@@ -23,12 +23,13 @@ import hmac
 import json
 import re
 
+from .inside.codec import outside_strings
+
 MAX_RECORD_BYTES = 8 << 20  # an output's text is at most ~1 M characters (longer ones are sent as a digest)
 _FIELDS = {"i": int, "n": int, "calls": int, "v": str, "sha": str, "error": str, "status": str, "token": str,
            "msg": str, "f": str, "a": str, "k": str}
 _STATUSES = ("ready", "pass", "fail", "done")
 _SHORT = {"error": 200, "msg": 1000, "f": 200, "status": 10, "token": 64}
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _SHA = re.compile(r"[0-9a-f]{64}")
 _TYPE_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
                bool: "true/false", type(None): "null"}
@@ -55,8 +56,8 @@ def parse_record(line: bytes) -> dict:
         raise RecordError(f"it is {len(line):,} bytes long (at most {MAX_RECORD_BYTES:,})")
     if not line.isascii():
         raise RecordError("it is not ASCII text")
-    flat = _STRING.sub(b'""', line).strip()
-    if not (flat.startswith(b"{") and flat.endswith(b"}")) or any(c in flat[1:-1] for c in b"[]{}"):
+    flat = outside_strings(line.decode("ascii")).strip()
+    if not (flat.startswith("{") and flat.endswith("}")) or any(c in flat[1:-1] for c in "[]{}"):
         raise RecordError("it is not one flat JSON object")
     try:
         rec = json.loads(line, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
@@ -99,6 +100,7 @@ class RecordStream:
         self.records: list[dict] = []
         self.arrivals: list[float] = []  # time.monotonic() when each record was read
         self.violation: str | None = None
+        self.started: float | None = None  # time.monotonic() when the run started (set by the sandbox)
 
     def due(self) -> float | None:
         """Monotonic time by which the next record must arrive (None: only the run's deadline)."""

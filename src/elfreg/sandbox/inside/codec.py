@@ -18,27 +18,42 @@ import math
 import re
 import sys
 from array import array
+from collections import Counter
 from itertools import compress
 
 # An output is sent as its text when that is at most DIGEST_THRESHOLD characters and holds no list or tuple (outside
 # dicts and sets, which encode their parts as text) of at least BLOB_MIN numbers; otherwise as the sha256 of its
-# digest form (exact match only): the text with such sequences written as binary doubles (:func:`_numbers_blob`),
-# which is far cheaper than their decimals.
+# digest form (:func:`digest_of`): the text with numbers written by value (``True``, ``1`` and ``1.0`` alike, as
+# ``==`` and so EvalPlus have them) and such sequences as binary doubles (:func:`_numbers_blob`), which is far
+# cheaper than their decimals.
 DIGEST_THRESHOLD = 1 << 20
 BLOB_MIN = 1 << 16
 _BLOB_SMALLEST = 16  # the digest form writes shorter number sequences as text
 _SMALL_INT = 1 << 63
-_EXACT_INT = 1 << 53  # ints up to this size are exact as doubles
+_EXACT_INT = 1 << 53  # ints up to this size are exact as doubles (larger ones may be)
 
 
-def _encode(x, put, depth=0, ordered=False, blob=None):
+def _by_value(x):
+    """The digest form's number: a bool, or a float with an integral value, as the int it equals (so ``==`` numbers
+    are written alike); anything else unchanged."""
+    if x is True or x is False:
+        return int(x)
+    if isinstance(x, float) and type(x).__module__ != "numpy" and float.is_integer(x):
+        return int(x)
+    return x
+
+
+def _encode(x, put, depth=0, ordered=False, blob=None, digest=False):
     """Write the canonical JSON encoding of ``x`` through ``put`` (equal values -> equal text).
 
     ``ordered`` (call arguments) keeps dicts in insertion order, which a function may depend on. ``blob``
-    (:func:`encode_output`) may take over a list or tuple: it returns bytes to write instead of its elements."""
+    (:func:`encode_output`) may take over a list or tuple: it returns bytes to write instead of its elements.
+    ``digest``: the digest form, numbers by value (:func:`_by_value`)."""
     if depth > 200:
         raise RecursionError("value nested too deeply to encode")
     d = depth + 1
+    if digest:
+        x = _by_value(x)
     if x is None:
         put("null")
     elif x is True:
@@ -62,22 +77,22 @@ def _encode(x, put, depth=0, ordered=False, blob=None):
         _encode(x.imag, put, d)
         put("]}")
     elif isinstance(x, list):
-        _encode_seq(x, put, d, "[", "]", ordered, blob)
+        _encode_seq(x, put, d, "[", "]", ordered, blob, digest)
     elif isinstance(x, tuple):
-        _encode_seq(x, put, d, '{"$t":[', "]}", ordered, blob)
+        _encode_seq(x, put, d, '{"$t":[', "]}", ordered, blob, digest)
     elif isinstance(x, (set, frozenset)):
         # Sets compare order-free: sort the element encodings so equal sets encode equally.
-        put('{"$s":[' + ",".join(sorted(encode_text(e, d) for e in x)) + "]}")
+        put('{"$s":[' + ",".join(sorted(encode_text(e, d, digest=digest) for e in x)) + "]}")
     elif isinstance(x, dict) and ordered:
-        put('{"$D":[' + ",".join("[%s,%s]" % (encode_text(k, d, True), encode_text(v, d, True))
+        put('{"$D":[' + ",".join("[%s,%s]" % (encode_text(k, d, True, digest), encode_text(v, d, True, digest))
                                   for k, v in x.items()) + "]}")
     elif isinstance(x, dict):
-        items = sorted((encode_text(k, d), encode_text(v, d)) for k, v in x.items())
+        items = sorted((encode_text(k, d, digest=digest), encode_text(v, d, digest=digest)) for k, v in x.items())
         put('{"$d":[' + ",".join("[%s,%s]" % kv for kv in items) + "]}")
     elif type(x).__module__ == "numpy" and hasattr(x, "dtype"):
         tag = "$nd" if hasattr(x, "shape") and type(x).__name__ == "ndarray" else "$np"
         put('{"%s":[%s,' % (tag, json.dumps(str(x.dtype))))
-        _encode(x.tolist() if tag == "$nd" else x.item(), put, d, blob=blob)
+        _encode(x.tolist() if tag == "$nd" else x.item(), put, d, blob=blob, digest=digest)
         put("]}")
     elif type(x) is Ref:
         put('{"$g":%s}' % json.dumps(x.name))
@@ -86,8 +101,8 @@ def _encode(x, put, depth=0, ordered=False, blob=None):
 
 
 _SCALARS = frozenset((str, bool, type(None), int, float))
-_NUMBERS = frozenset((int, float))
-_INT_FLAG = {int: 1, float: 0}
+_NUMBERS = frozenset((int, float, bool))
+_BY_VALUE = frozenset((float, bool))  # the types the digest form rewrites (:func:`_by_value`)
 _NON_FINITE = (("-Infinity", '{"$f":"-inf"}'), ("Infinity", '{"$f":"inf"}'), ("NaN", '{"$f":"nan"}'))
 
 
@@ -112,43 +127,46 @@ def _flat_text(xs, types: set) -> str | None:
 
 
 def _numbers_blob(xs, types: set) -> bytes | None:
-    """A flat sequence of exact ``int`` and ``float`` as bytes for the digest form: a NUL (never in JSON text), the
-    count, the kind, then the values as little-endian doubles. The kind: ``i`` all ints, ``f`` all floats, ``p``
-    mixed with the ints' positions, ``m`` mixed with one type byte per element. None if a value is NaN (its bits are
-    not canonical; also when the sum is NaN because both infinities occur) or an int is not exact as a double."""
+    """A flat sequence of exact ``bool``, ``int`` and ``float`` as bytes for the digest form: a NUL (never in JSON
+    text), the count, then the values as little-endian doubles, by value (``True``, ``1`` and ``1.0`` alike, ``-0.0``
+    as ``0.0``: as ``==`` has them). None if a value is NaN (its bits are not canonical; also when the sum is NaN
+    because both infinities occur) or an int is not exact as a double (no float equals it: the text form writes it)."""
     if not types <= _NUMBERS:
         return None
     try:
         values = array("d", xs)
     except OverflowError:
         return None
-    if math.isnan(sum(values)):  # a NaN (or both infinities: those too take the text form)
+    if float in types and math.isnan(sum(values)):
         return None
-    kind, extra = b"f", b""
-    if int in types:
-        if float in types:
-            tl = list(map(type, xs))
-            k = tl.count(int)
-            if 8 * k < len(xs):  # few ints (HumanEval/130: two): their positions
-                at, i = array("q"), -1
-                for _ in range(k):
-                    i = tl.index(int, i + 1)
-                    at.append(i)
-                ints = [xs[i] for i in at]
-                kind, extra = b"p", len(at).to_bytes(8, "little") + at.tobytes()
-            else:
-                kind, extra = b"m", bytes(map(_INT_FLAG.__getitem__, tl))
-                ints = compress(xs, extra)
-        else:
-            kind, ints = b"i", xs
-        if max(map(abs, ints)) > _EXACT_INT:
+    if types != _FLOATS:
+        ints = xs if float not in types else list(compress(xs, map(_NOT_FLOAT.__contains__, map(type, xs))))
+        if max(map(abs, ints)) > _EXACT_INT and any(float(k) != k for k in ints):  # one a double does not hold
             return None
+    if _has_negative_zero(values):
+        values = array("d", [v + 0.0 for v in values])  # -0.0 + 0.0 is 0.0
     if sys.byteorder == "big":
         values.byteswap()
-    return b"\0N" + len(xs).to_bytes(8, "little") + kind + extra + values.tobytes()
+    return b"\0N" + len(xs).to_bytes(8, "little") + values.tobytes()
 
 
-def _encode_seq(xs, put, depth, open_, close, ordered=False, blob=None):
+_FLOATS = {float}
+_NOT_FLOAT = frozenset((int, bool))
+_NEGATIVE_ZERO = array("d", [-0.0]).tobytes()
+
+
+def _has_negative_zero(values: array) -> bool:
+    """Whether ``values`` holds a -0.0 (a search of its bytes: ``count(0.0)`` makes an object per element)."""
+    data = values.tobytes()
+    i = data.find(_NEGATIVE_ZERO)
+    while i >= 0:
+        if i % 8 == 0:
+            return True
+        i = data.find(_NEGATIVE_ZERO, i + 1)
+    return False
+
+
+def _encode_seq(xs, put, depth, open_, close, ordered=False, blob=None, digest=False):
     # One json.dumps call for a sequence of scalars (MBPP+ Mbpp/255's reference output holds ~10^8 strings: a call
     # per element takes minutes); in a digest, one array for a long sequence of numbers (HumanEval+ /130's lists
     # of ~10^5 floats: their decimals take seconds).
@@ -160,7 +178,7 @@ def _encode_seq(xs, put, depth, open_, close, ordered=False, blob=None):
             put(data)
             put(close)
             return
-        flat = _flat_text(xs, types)
+        flat = None if digest and types & _BY_VALUE else _flat_text(xs, types)
         if flat is not None:
             put(open_ + flat + close)
             return
@@ -168,14 +186,15 @@ def _encode_seq(xs, put, depth, open_, close, ordered=False, blob=None):
     for i, e in enumerate(xs):
         if i:
             put(",")
-        _encode(e, put, depth, ordered, blob)
+        _encode(e, put, depth, ordered, blob, digest)
     put(close)
 
 
-def encode_text(x, depth=0, ordered=False) -> str:
-    """Canonical encoding of ``x`` as one string (``ordered``: dicts in insertion order)."""
+def encode_text(x, depth=0, ordered=False, digest=False) -> str:
+    """Canonical encoding of ``x`` as one string (``ordered``: dicts in insertion order; ``digest``: numbers by
+    value, as in the digest form)."""
     parts: list = []
-    _encode(x, parts.append, depth, ordered)
+    _encode(x, parts.append, depth, ordered, digest=digest)
     return "".join(parts)
 
 
@@ -210,6 +229,18 @@ def encode_output(x) -> dict:
         return {"v": "".join(parts)}
     except _Long:
         parts.clear()
+    return _digest(x, blobs)
+
+
+def digest_of(x) -> dict:
+    """``{"sha": hex, "n": length}`` of ``x``'s digest form, whatever its length: the harness compares an output
+    sent as text with one sent as a digest this way."""
+    return _digest(x, {})
+
+
+def _digest(x, blobs: dict) -> dict:
+    """The sha256 and length of ``x``'s digest form, streamed (bounded memory); ``blobs``: id(sequence) -> its blob,
+    where already computed."""
     h, chunk, count = hashlib.sha256(), bytearray(), [0]
 
     def put_digest(s):
@@ -226,7 +257,7 @@ def encode_output(x) -> dict:
             return blobs.pop(id(xs))
         return _numbers_blob(xs, types) if len(xs) >= _BLOB_SMALLEST else None
 
-    _encode(x, put_digest, blob=digest_blob)
+    _encode(x, put_digest, blob=digest_blob, digest=True)
     h.update(chunk)
     return {"sha": h.hexdigest(), "n": count[0]}
 
@@ -259,6 +290,37 @@ class Opaque:
         return f"Opaque({self.type_name})"
 
 
+# Building a set or dict compares each key with the keys already in it whose hashes are equal to its own: a set of
+# k * (2**61 - 1), whose hashes are all 0, is quadratic (90,000 ints: 170 s, the harness stalled). A decoded set or
+# dict may cost at most this many such comparisons.
+MAX_KEY_WORK = 1 << 20
+
+
+class CostError(ValueError):
+    """Encoded text whose decoding would cost too much: a set or dict of many distinct keys with equal hashes."""
+
+
+def bounded_keys(keys: list) -> list:
+    """``keys``, once checked that a set or dict of them costs at most :data:`MAX_KEY_WORK` comparisons of keys with
+    equal hashes (:class:`CostError` otherwise); linear time. Equal keys (a list with repeats) cost one each."""
+    if len(keys) ** 2 <= MAX_KEY_WORK:
+        return keys
+    counts = Counter(map(hash, keys))
+    if sum(c * c for c in counts.values() if c > 1) <= MAX_KEY_WORK:
+        return keys
+    shared = {h for h, c in counts.items() if c > 1}
+    # distinct keys per hash (by canonical text: equal text is an equal value, so this never undercounts)
+    distinct = Counter(h for h, _ in {(hash(k), encode_text(k)) for k in keys if hash(k) in shared})
+    work = sum(counts[h] * d for h, d in distinct.items())
+    if work > MAX_KEY_WORK:
+        raise CostError(f"a set or dict of {len(keys)} keys whose equal hashes would cost {work:,} comparisons")
+    return keys
+
+
+def _pairs_keys(pairs) -> list:
+    return bounded_keys([k for k, _ in pairs])
+
+
 def _hook(obj, refs=None):
     if len(obj) != 1:
         return obj
@@ -274,8 +336,9 @@ def _hook(obj, refs=None):
     if tag == "$t":
         return tuple(val)
     if tag == "$s":
-        return set(val)
+        return set(bounded_keys(val))
     if tag in ("$d", "$D"):
+        _pairs_keys(val)
         return {k: v for k, v in val}
     if tag == "$o":
         return Opaque(val)
@@ -293,8 +356,17 @@ def _hook(obj, refs=None):
 
 # Deepest nesting a decoder accepts: the encoder stops at 200 levels of values, each at most two JSON levels deep.
 MAX_NESTING = 402
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def outside_strings(text: str) -> str:
+    r"""``text`` without its JSON string literals (quotes included), in linear time; an unterminated string runs to
+    the end. Outside strings a backslash is not JSON: a parser stops there, so what follows it does not matter.
+
+    Escape pairs go first (``\\`` then ``\"``, each left to right, as a JSON lexer pairs them); then every quote
+    left opens or closes a string. A regex over whole strings (``"[^"\\]*(?:\\.[^"\\]*)*"``) retries at every
+    escaped quote of an unterminated string: quadratic (80 KB of ``\"``: 40 s)."""
+    return "".join(text.replace("\\\\", "").replace('\\"', "").split('"')[::2])
 
 
 class NestingError(ValueError):
@@ -304,7 +376,7 @@ class NestingError(ValueError):
 def check_nesting(text: str, limit: int = MAX_NESTING) -> None:
     """Raise :class:`NestingError` if ``text`` nests arrays/objects deeper than ``limit`` (before any parsing)."""
     depth = 0
-    for c in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+    for c in _NOT_BRACKET.sub("", outside_strings(text)):
         if c in "[{":
             depth += 1
             if depth > limit:
@@ -337,8 +409,9 @@ def _plain_hook(obj):
     if tag == "$t" and type(val) is list:
         return tuple(val)
     if tag == "$s" and type(val) is list:
-        return set(val)
+        return set(bounded_keys(val))
     if tag == "$d" and type(val) is list and all(type(kv) is list and len(kv) == 2 for kv in val):
+        _pairs_keys(val)
         return {k: v for k, v in val}
     if tag == "$np" and type(val) is list and len(val) == 2 and type(val[0]) is str:
         # A numpy scalar becomes the builtin number it stands for (np.float64 is a float already).
