@@ -75,7 +75,7 @@ def _in_batches(net, x, mask, cfg, keys, size):
 @pytest.mark.parametrize("sampler", SAMPLERS)
 def test_a_trained_students_samples_do_not_depend_on_the_batch(trained, sampler):
     net, x, mask, keys = trained
-    assert net.config.extra_token == "reg" and not net.training and net.row_by_row
+    assert net.config.extra_token == "reg" and not net.training
     cfg = SamplerConfig(sampler=sampler, nfe=64, rho=2, seed=3)
     ref_ids, ref_states, ref_nfe = _in_batches(net, x, mask, cfg, keys, 16)
     for size in (1, 7):
