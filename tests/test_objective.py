@@ -367,3 +367,42 @@ def test_under_autocast_each_layer_runs_once_with_grad():
         elf_reg_loss(m, make_batch(), make_draws(cfg), cfg)
     assert any(k.startswith("repa_projector") for k in calls) and any(k.startswith("blocks") for k in calls)
     assert max(calls.values()) == 1, {k: v for k, v in calls.items() if v > 1}
+
+
+@pytest.mark.parametrize("mode", [dict(), dict(shift=1), dict(mean_pooled=True)])
+def test_repa_an_inf_at_a_masked_position_contributes_nothing(mode):
+    # fp16 cached teacher states can overflow (massive activations): one inf off the mask must not make NaN
+    g = torch.Generator().manual_seed(0)
+    teacher = torch.randn(2, 5, 4, generator=g).half()
+    mask = torch.tensor([[False, True, True, False, True], [True, True, False, True, True]])
+    pred = torch.randn(2, 5, 4, generator=g, requires_grad=True)
+    inf, zeroed = teacher.clone(), teacher.clone()
+    inf[0, 0], inf[1, 2, 1] = float("inf"), float("-inf")    # masked-out positions
+    zeroed[0, 0], zeroed[1, 2] = 0.0, 0.0
+    if mode.get("shift") == 1:   # shift 1 reads teacher position i - 1 for student position i: move the infs along
+        inf, zeroed = teacher.clone(), teacher.clone()
+        inf[0, 2], inf[1, 1, 0] = float("inf"), float("nan")   # read by positions 3 (masked) and 2 (masked)
+        zeroed[0, 2], zeroed[1, 1] = 0.0, 0.0
+    loss = repa_loss(pred, inf, mask, **mode)
+    want = repa_loss(pred, zeroed, mask, **mode)
+    assert torch.isfinite(loss) and loss.item() == want.item()
+    (grad,) = torch.autograd.grad(loss, pred)
+    (grad_want,) = torch.autograd.grad(want, pred)
+    assert torch.isfinite(grad).all() and torch.equal(grad, grad_want)
+    assert grad[~mask].abs().sum() == 0   # masked positions get no gradient
+
+
+def test_whole_loss_stays_finite_with_an_inf_teacher_state_on_the_prompt():
+    cfg = ObjectiveConfig()
+    batch = make_batch()
+    teacher = batch.teacher.half()
+    teacher[:, 0, 3] = float("inf")   # position 0 is prompt: REPA never aligns it (repa_on_prompt False)
+    m = make_student()
+    out = elf_reg_loss(m, dataclasses.replace(batch, teacher=teacher), make_draws(cfg), cfg)
+    assert torch.isfinite(out.loss)
+    clean = teacher.clone()
+    clean[:, 0] = 0.0
+    want = elf_reg_loss(make_student(), dataclasses.replace(batch, teacher=clean), make_draws(cfg), cfg)
+    assert out.terms["loss_repa"].item() == want.terms["loss_repa"].item()
+    out.loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in m.parameters() if p.grad is not None)

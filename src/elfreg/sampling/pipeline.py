@@ -69,11 +69,16 @@ class GenerationPipeline:
 
     def __init__(self, network: StudentLike, encoder: PromptEncoder, tokenizer: Any, cfg: SamplerConfig,
                  batch_size: int = 16, max_prompt_len: int | None = None,
-                 record_extra: dict[str, Any] | None = None) -> None:
+                 record_extra: dict[str, Any] | None = None, batch_invariant: bool = True) -> None:
+        """batch_invariant: put a network that has the switch (ElfStudent.row_by_row) in its row-by-row mode, so a
+        sample does not depend on the batch size or the number of processes (docs/sampling.md, "Batch
+        invariance"); False batches rows into one pass (faster on a GPU, outputs then depend on the batch)."""
         if batch_size < 1:
             raise ValueError(f"batch_size: need >= 1, got {batch_size}")
         if tokenizer.eos_token_id is None:
             raise ValueError("tokenizer has no eos_token_id; the first EOS ends an answer")
+        if hasattr(network, "row_by_row"):
+            network.row_by_row = batch_invariant
         self.counter = NFECounter(network)
         self.encoder = encoder
         self.tokenizer = tokenizer
