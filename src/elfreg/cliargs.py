@@ -246,7 +246,9 @@ def _cuda_missing(exc: BaseException) -> bool:
 
 def is_bad_input(exc: BaseException) -> bool:
     """An error a person fixes in the input (one line, no traceback) rather than a bug (a traceback)."""
-    return isinstance(exc, (ValueError, OSError)) or type(exc).__name__ == "SafetensorError" or _cuda_missing(exc)
+    # by name: neither safetensors nor the sandbox is imported just to read an error
+    return (isinstance(exc, (ValueError, OSError)) or type(exc).__name__ in ("SafetensorError", "IsolationUnavailable")
+            or _cuda_missing(exc))
 
 
 def error_line(exc: BaseException, args: argparse.Namespace | None = None) -> str:

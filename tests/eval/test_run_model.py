@@ -253,3 +253,15 @@ def test_eval_run_refuses_an_out_made_with_other_settings(tmp_path, tiny_lm_dir,
     assert main([*base, "--nfe", "3", "--restart"]) == 0
     assert (tmp_path / next(p.name for p in tmp_path.glob("run.replaced-*")) / "generations.jsonl").read_bytes() == gens
     assert json.loads((out / "summary.json").read_text())["generation"]["nfe"] == 3
+
+
+def test_eval_run_without_isolation_refuses_before_touching_out(tmp_path, tiny_lm_dir, capsys, monkeypatch):
+    monkeypatch.setenv("ELFREG_BWRAP", "/nonexistent/bwrap")
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "generations.jsonl").write_text("kept\n")
+    assert main(["eval", "run", "--model", str(model), "--benchmark", "humaneval", "--limit", "1", "--out", str(out),
+                 "--nfe", "2", "--no-progress", "--device", "cpu", "--restart"]) == 2
+    assert "--isolation none" in capsys.readouterr().err
+    assert (out / "generations.jsonl").read_text() == "kept\n" and not list(tmp_path.glob("run.replaced-*"))

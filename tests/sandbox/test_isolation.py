@@ -118,3 +118,16 @@ def test_a_program_that_kills_its_parent_leaves_the_scorer_running(tmp_path, iso
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
     assert json.loads(proc.stdout.splitlines()[-1]) == ["fail", "fail", "pass"]
+
+
+def test_refusal_without_isolation_leaves_an_existing_out_alone_even_with_restart(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ELFREG_BWRAP", NO_BWRAP)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.jsonl").write_text("kept\n")
+    args = _score_args(tmp_path, "auto")
+    args.restart = True
+    assert run_score(args) == 2
+    assert "--isolation none" in capsys.readouterr().err
+    assert (out / "results.jsonl").read_text() == "kept\n"  # not moved aside by --restart: refused first
+    assert not list(tmp_path.glob("out.replaced-*"))

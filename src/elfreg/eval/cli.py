@@ -63,7 +63,6 @@ def run_score(args: argparse.Namespace) -> int:
         ks = parse_ks(args.k) if args.k is not None else None
         if ks is not None:  # missing samples count as wrong, so n = the distinct sample indices
             validate_ks(ks, len({c.sample for c in comps}))
-        claim_score_folder(args, bench)  # before any work: refuses an --out made with other settings
     except (CompletionsError, FileNotFoundError, ValueError) as e:
         print(f"elfreg eval score: error: {error_line(e, args)}", file=sys.stderr)
         return 2
@@ -71,16 +70,23 @@ def run_score(args: argparse.Namespace) -> int:
                         time_rule=time_rule(args), progress=not args.no_progress, ks=ks,
                         alias_helpers=args.alias_helpers)
     sandbox = None
-    if bench.kind == "code":
-        try:
+    try:
+        if bench.kind == "code":  # no isolation: refused before --out is touched
             # the data file and the cache are answer keys: hidden in the sandbox wherever they are
             hide = tuple(p for p in (args.data, args.cache_dir) if p)
             sandbox = Sandbox(SandboxConfig(memory_bytes=int(args.memory_gb * (1 << 30)), isolation=args.isolation,
                                             hide=hide))
-        except IsolationUnavailable as e:
-            print(f"elfreg eval score: error: {error_line(e, args)}", file=sys.stderr)
-            return 2
-    summary = score_completions(bench, comps, Path(args.out) / "results.jsonl", opts, sandbox)
+        claim_score_folder(args, bench)  # before any work: refuses an --out made with other settings
+    except (IsolationUnavailable, OSError, ValueError) as e:
+        if sandbox is not None:
+            sandbox.close()
+        print(f"elfreg eval score: error: {error_line(e, args)}", file=sys.stderr)
+        return 2
+    try:
+        summary = score_completions(bench, comps, Path(args.out) / "results.jsonl", opts, sandbox)
+    finally:
+        if sandbox is not None:
+            sandbox.close()
     summary["completions_file"] = str(args.completions)
     write_reports(summary, args.out)
     print(markdown_table(summary))

@@ -305,12 +305,13 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     for resolved in runs:
         sampler_config_from_args(argparse.Namespace(**{**vars(args), **resolved.values}))
     out = Path(args.out)
-    claim_run_folders(args, bench, runs, out, write=False)  # before any work: an --out made with other settings
-    # Before any generation: code scoring refuses to run without isolation (unless --isolation none).
+    # Before any generation, and before --out is touched: code scoring refuses to run without isolation
+    # (unless --isolation none).
     sandbox = Sandbox(SandboxConfig(isolation=args.isolation)) if bench.kind == "code" else None
     load = _cached_loader()
     summaries: dict[str, dict] = {}
     try:
+        claim_run_folders(args, bench, runs, out, write=False)  # before any work: an --out made with other settings
         _, skipped = split_long_prompts(args, bench, problems, load)
         claim_run_folders(args, bench, runs, out, write=True)
         for resolved in runs:
