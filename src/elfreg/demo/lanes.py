@@ -15,7 +15,6 @@ queue (one bar for all runs).
 from __future__ import annotations
 
 import multiprocessing
-import queue as queues
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -91,7 +90,9 @@ class LanePool:
     def __init__(self, lanes: int, init: Callable | None = None, args: tuple = ()) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.stop = ctx.Event()
-        self.queue = ctx.Queue()
+        # A SimpleQueue writes each count into the pipe before put() returns (a Queue hands it to a feeder thread),
+        # so every count a job sent is readable once its result is back: the bar misses none.
+        self.queue = ctx.SimpleQueue()
         self.pool = ProcessPoolExecutor(lanes, mp_context=ctx, initializer=_start,
                                         initargs=(self.stop, self.queue, init, args))
 
@@ -121,11 +122,13 @@ class LanePool:
         done = threading.Event()
 
         def drain() -> None:
-            while not done.is_set() or not self.queue.empty():
-                try:
-                    tag, n = self.queue.get(timeout=0.2)
-                except queues.Empty:
+            while True:
+                if self.queue.empty():
+                    if done.is_set():
+                        return
+                    time.sleep(0.05)
                     continue
+                tag, n = self.queue.get()
                 target = bars.get(tag, bar)
                 if target is not None:
                     target.update(n)
