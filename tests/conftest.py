@@ -19,3 +19,14 @@ def pytest_collection_modifyitems(config, items):
 def tiny_lm_dir(tmp_path_factory):
     """A tiny Qwen3 (6 blocks, width 32) and its word tokenizer, saved once per session."""
     return make_tiny_qwen3(tmp_path_factory.mktemp("tiny_qwen3"))
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models run fastest single-threaded on a shared 2-core machine (torch's thread count restored after)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -88,27 +88,29 @@ def input_file(text: str) -> str:
     return text
 
 
-def output_file(text: str) -> str:
-    """A file to write or append to (argparse type): refuses an existing folder, a path below a file, a placeholder."""
-    _refuse_placeholder(text, "the file to write")
+def _place_to_write(text: str, what: str) -> Path:
+    """The path of an output option: refuses a placeholder and a path below a file."""
+    _refuse_placeholder(text, what)
     path = Path(text).expanduser()
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a folder; this option names a file, e.g. {path / 'out.jsonl'}")
     blocker = _file_ancestor(path)
     if blocker is not None:
         raise argparse.ArgumentTypeError(f"{text}: {blocker} is a file, not a folder")
+    return path
+
+
+def output_file(text: str) -> str:
+    """A file to write or append to (argparse type): refuses an existing folder, a path below a file, a placeholder."""
+    path = _place_to_write(text, "the file to write")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; this option names a file, e.g. {path / 'out.jsonl'}")
     return text
 
 
 def output_dir(text: str) -> str:
     """A folder to write into, created when missing (argparse type): refuses an existing file and a placeholder."""
-    _refuse_placeholder(text, "the folder to write")
-    path = Path(text).expanduser()
+    path = _place_to_write(text, "the folder to write")
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file; this option names a folder")
-    blocker = _file_ancestor(path)
-    if blocker is not None:
-        raise argparse.ArgumentTypeError(f"{text}: {blocker} is a file, not a folder")
     return text
 
 

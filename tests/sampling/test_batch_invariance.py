@@ -25,13 +25,7 @@ SAMPLES = 2   # 16 rows: one batch of 16, or 7 + 7 + 2, or 16 of 1
 SAMPLERS = ["full-span", "early-stop", "renoise", "adaptive"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Row-by-row calls of a tiny student run fastest single-threaded on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")   # row-by-row calls of a tiny student: fastest on one thread
 
 
 @pytest.fixture(scope="module")

@@ -2,18 +2,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest single-threaded on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+def _one_thread_here(one_thread):
+    """Every training test runs single-threaded (tests/conftest.py's one_thread)."""
 
 
 @pytest.fixture
