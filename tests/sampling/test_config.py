@@ -28,3 +28,11 @@ def test_sample_seed_depends_on_every_part_and_is_stable():
     assert len({base, sample_seed(1, 1, 2, 0), sample_seed(0, 2, 2, 0), sample_seed(0, 1, 3, 0),
                 sample_seed(0, 1, 2, 1), sample_seed(0, 2, 1, 0)}) == 6
     assert 0 <= base < 2 ** 63
+
+
+def test_generate_task_mmlu_uses_the_w_eval_run_uses_for_mmlu():
+    from elfreg.eval.run_model import W_TASK
+    from elfreg.sampling.cli import task_w
+
+    # the sources give no w for MMLU: elfreg's choice (2) must be the same on both entry points
+    assert task_w("mmlu") == task_w(W_TASK["choice"]) == 2.0

@@ -25,6 +25,14 @@ PROMPT_FORMATS = ("template", "raw")
 TASKS = tuple(sorted(set(W_PRESETS) | set(TASK_EXTRACTORS)))
 
 
+def _presets_text() -> str:
+    """W_PRESETS as help reads them: ``gsm8k 3; math, math500, ... 2``."""
+    by_w: dict[float, list[str]] = {}
+    for task, w in W_PRESETS.items():
+        by_w.setdefault(w, []).append(task)
+    return "; ".join(f"{', '.join(tasks)} {w:g}" for w, tasks in by_w.items())
+
+
 def register(subparsers: Any) -> None:
     """Add the `generate` subcommand to an argparse subparsers object."""
     p = subparsers.add_parser("generate", help="generate responses with an ELF-REG model (spec §5)",
@@ -52,8 +60,8 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eta", type=float, default=1.2, help="renoise noise multiplier")
     p.add_argument("--w", type=float, default=None, help="guidance scale w (default: --task preset, else 3)")
     p.add_argument("--task", default=None, choices=TASKS, metavar="TASK",
-                   help=f"one of {', '.join(TASKS)}: its w preset (gsm8k 3; math, math500, code, humaneval, mbpp 2; "
-                        "else 3) and its answer extractor (--extract)")
+                   help=f"one of {', '.join(TASKS)}: its w preset ({_presets_text()}; else {SamplerConfig.w:g}) "
+                        "and its answer extractor (--extract)")
     p.add_argument("--sigma", type=float, default=None, help="noise scale of y_0 (default: the model's training sigma)")
     p.add_argument("--drop-reg", action="store_true", help="ablation: omit the REG token at inference")
     p.add_argument("--check-every", type=int, default=DEFAULT_EXIT["check_every"],

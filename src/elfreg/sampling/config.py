@@ -11,9 +11,10 @@ from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule
 SAMPLERS = ("full-span", "early-stop", "renoise", "adaptive")
 GRIDS = ("logit-normal", "uniform")
 
-# Inference self-conditioning guidance scale w per task (spec §5): 3 for GSM8K, 2 for code and MATH.
+# Inference self-conditioning guidance scale w per task (spec §5): 3 for GSM8K, 2 for code and MATH. MMLU: the
+# sources are silent; 2 is elfreg's choice (docs/evaluation.md), the same in `generate --task mmlu` and `eval run`.
 W_PRESETS: dict[str, float] = {"gsm8k": 3.0, "math": 2.0, "math500": 2.0, "code": 2.0,
-                               "humaneval": 2.0, "mbpp": 2.0}
+                               "humaneval": 2.0, "mbpp": 2.0, "mmlu": 2.0}
 
 
 @dataclass(frozen=True)
