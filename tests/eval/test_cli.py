@@ -157,3 +157,20 @@ def test_score_names_a_malformed_results_line(tmp_path, capsys):
     assert _score(comp, out) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{out / 'results.jsonl'}:3: not a results row" in err[0]
+
+
+def test_score_text_limit_reaches_the_scorer_is_checked_first_and_is_part_of_the_fingerprint(tmp_path, capsys,
+                                                                                              monkeypatch):
+    import elfreg.eval.cli as eval_cli
+
+    comp = _two_seed_completions(tmp_path, load_benchmark("gsm8k"))
+    out = tmp_path / "out"
+    assert _score(comp, out, "--text-limit", "0") == 2  # refused before any work
+    assert "text_limit_s must be > 0" in capsys.readouterr().err and not out.exists()
+    seen = []
+    real = eval_cli.score_completions
+    monkeypatch.setattr(eval_cli, "score_completions", lambda *a: seen.append(a[3].text_limit_s) or real(*a))
+    assert _score(comp, out, "--text-limit", "7.5") == 0 and seen == [7.5]
+    capsys.readouterr()
+    assert _score(comp, out) == 2  # the verdicts of samples past the limit depend on it
+    assert "was made with text_limit=7.5, now text_limit=30.0" in capsys.readouterr().err

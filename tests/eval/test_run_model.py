@@ -265,3 +265,11 @@ def test_eval_run_without_isolation_refuses_before_touching_out(tmp_path, tiny_l
                  "--nfe", "2", "--no-progress", "--device", "cpu", "--restart"]) == 2
     assert "--isolation none" in capsys.readouterr().err
     assert (out / "generations.jsonl").read_text() == "kept\n" and not list(tmp_path.glob("run.replaced-*"))
+
+
+def test_eval_run_refuses_a_bad_text_limit_before_any_work(tmp_path, tiny_lm_dir, capsys):
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    out = tmp_path / "run"
+    assert main(["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(_gsm_file(tmp_path)),
+                 "--out", str(out), "--nfe", "2", "--no-progress", "--device", "cpu", "--text-limit", "-1"]) == 2
+    assert "text_limit_s must be > 0" in capsys.readouterr().err and not out.exists()

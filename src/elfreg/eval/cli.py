@@ -67,7 +67,7 @@ def run_score(args: argparse.Namespace) -> int:
         print(f"elfreg eval score: error: {error_line(e, args)}", file=sys.stderr)
         return 2
     opts = ScoreOptions(workers=args.workers, cache_dir=args.cache_dir, allow_subset=args.allow_subset,
-                        time_rule=time_rule(args), progress=not args.no_progress, ks=ks,
+                        time_rule=time_rule(args), text_limit_s=args.text_limit, progress=not args.no_progress, ks=ks,
                         alias_helpers=args.alias_helpers)
     sandbox = None
     try:

@@ -29,11 +29,15 @@ from .scoring import ScoreOptions, score_completions
 
 # The inference guidance scale by benchmark kind: GSM8K 3, MATH and code 2 (spec §5); multiple choice (MMLU) 2,
 # a choice (the seeds give none; protocol.SRC["mmlu_w"]).
-W_TASK = {"gsm8k": "gsm8k", "math": "math", "code": "code", "choice": "math", "exact": "gsm8k"}
+W_TASK = {"gsm8k": "gsm8k", "math": "math", "code": "code", "choice": "mmlu", "exact": "gsm8k"}
 
 
 def add_code_scoring_arguments(p: argparse.ArgumentParser) -> None:
-    """Code-scoring flags shared by `eval score` and `eval run`: the time rule and the helper-tolerant alias column."""
+    """Scoring flags shared by `eval score` and `eval run`: the per-sample text limit, the code time rule and the
+    helper-tolerant alias column."""
+    p.add_argument("--text-limit", type=float, default=ScoreOptions.text_limit_s,
+                   help="seconds of answer extraction, math-verify and code preparation per sample, at most; a "
+                        f"sample past it is scored wrong (default {ScoreOptions.text_limit_s:g})")
     p.add_argument("--min-time", type=float, default=TimeRule.min_time_s,
                    help=f"per-test time floor in seconds (default {TimeRule.min_time_s:g}: elfreg's deliberate "
                         "choice, docs/evaluation.md 'Time limits'; EvalPlus 0.3.1's floor is 1.0 "
@@ -58,11 +62,11 @@ def _data_identity(bench) -> str:
 
 
 def _verdict_settings(args: argparse.Namespace, bench) -> dict:
-    """The scoring flags that change verdicts: the code time rule and memory limit (text scoring has none)."""
+    """The scoring flags that change verdicts: the per-sample text limit; for code, the time rule and memory limit."""
     if bench.kind != "code":
-        return {}
-    return {"min_time": args.min_time, "time_factor": args.time_factor, "sample_cap": args.sample_cap,
-            **({"memory_gb": args.memory_gb} if hasattr(args, "memory_gb") else {})}
+        return {"text_limit": args.text_limit}
+    return {"text_limit": args.text_limit, "min_time": args.min_time, "time_factor": args.time_factor,
+            "sample_cap": args.sample_cap, **({"memory_gb": args.memory_gb} if hasattr(args, "memory_gb") else {})}
 
 
 def score_settings(args: argparse.Namespace, bench) -> dict:
@@ -262,7 +266,7 @@ def _one_run(args: argparse.Namespace, bench, problems, resolved, out: Path, san
               for k in range(resolved.values["samples"])]
     write_samples(bench, comps, out / "samples.jsonl")
     opts = ScoreOptions(workers=args.workers, allow_subset=args.limit is not None, time_rule=time_rule(args),
-                        progress=not args.no_progress, ks=resolved.values["ks"], alias_helpers=args.alias_helpers)
+                        text_limit_s=args.text_limit, progress=not args.no_progress, ks=resolved.values["ks"], alias_helpers=args.alias_helpers)
     summary = score_completions(bench, comps, out / "results.jsonl", opts, sandbox)
     summary.update(model=str(args.model), generation=generation_settings(gens_path), nfe=generation_nfe(gens_path),
                    samples_per_problem=resolved.values["samples"], problems=len(problems),
@@ -290,7 +294,7 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     runs = resolve_runs(args.protocol, args.benchmark,
                         {k: getattr(args, k, None) for k in ("sampler", "nfe", "rho", "samples", "w", "task")}
                         | {"ks": parse_ks(args.k) if args.k is not None else None})
-    TimeRule(args.min_time, args.time_factor, args.sample_cap)  # bad time flags fail before any work
+    ScoreOptions(time_rule=time_rule(args), text_limit_s=args.text_limit)  # bad limits fail before any work
     bench = registry.load(args.benchmark, args.data)
     for i, resolved in enumerate(runs):
         if resolved.values["w"] is None:  # a w preset by name (--task, else the benchmark kind's): record the number
