@@ -1,0 +1,105 @@
+"""Growth of the scorer's text work on hostile samples (issue 28): each case at size n and 4n, in one run.
+
+Run: PYTHONPATH=src python benchmarks/bench_hostile.py [--n 20000] [--repeat 3]
+
+Prints, per case, the fastest time at n and at 4n and their ratio: about 4 for linear work, 16 for quadratic
+(before the fixes these cases were quadratic or worse: the seconds the issue measured are in the docstrings
+below). The fastest of the repeats, because the shared machine's load only ever adds time. Each case is the
+function the scorer calls on the hostile text, not a whole `eval score` run (tests/eval/test_hostile_samples.py
+and tests/sandbox/test_hostile_costs.py run those end to end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+from elfreg.eval.answers import extract_choice, extract_gsm8k
+from elfreg.eval.codeprep import looks_like_solution
+from elfreg.eval.sanitize import sanitize
+from elfreg.sandbox.inside.codec import CostError, check_nesting, decode_text
+from elfreg.sandbox.records import parse_record
+
+P = 2 ** 61 - 1  # hash(k * P) == 0 for every int k
+
+
+def _refused(fn: Callable, *args) -> None:
+    """Run ``fn``; refusing the input (ValueError, CostError) is the expected, fast outcome."""
+    try:
+        fn(*args)
+    except (ValueError, CostError):
+        pass
+
+
+def unterminated_record(n: int) -> None:
+    """A result line of n escaped quotes with no closing quote (before: 80 KB took 40 s)."""
+    _refused(parse_record, b'{"i":0,"v":"' + b'\\"' * n)
+
+
+def unterminated_nesting(n: int) -> None:
+    """check_nesting on n escaped quotes in an open string (before: 40 KB took 10.8 s)."""
+    _refused(check_nesting, '{"$s":["' + '\\"' * n)
+
+
+def colliding_set(n: int) -> None:
+    """An output set of n hash-colliding ints (before: 90k ints took 170 s). Refused once the colliding keys'
+    comparisons pass a fixed budget (codec.MAX_KEY_WORK): past it, time grows with the text only."""
+    _refused(decode_text, '{"$s":[' + ",".join(str(k * P) for k in range(n)) + "]}")
+
+
+def deep_expression(n: int) -> None:
+    """A first line ``x = ---...1`` (before: 3,000 dashes crashed the run with RecursionError)."""
+    looks_like_solution("x = " + "-" * n + "1\n", "f")
+
+
+def mmlu_spaces(n: int) -> None:
+    """'answer' followed by n spaces (before: 313 bytes took 45 s, ~n^4)."""
+    extract_choice("The answer is (B).\nanswer" + " " * n + "x")
+
+
+def gsm8k_spaces(n: int) -> None:
+    """n spaces between numbers (before: 20,000 spaces took 3.4 s, quadratic)."""
+    extract_gsm8k("total 3" + " " * n + "-$" + " " * n + "done")
+
+
+def junk_lines(n: int) -> None:
+    """n // 10 junk lines around a function (before: 3,000 lines took > 150 s, ~cubic)."""
+    junk = "\n".join(f"??? step {i} $" for i in range(n // 10))
+    sanitize(f"{junk}\ndef f():\n    return 1\n{junk}", "f")
+
+
+def blank_lines(n: int) -> None:
+    """10 n newlines before a function: the fence regex (before: 200,000 took ~70 s, quadratic)."""
+    looks_like_solution("\n" * (10 * n) + "def f():\n    return 1\n", "f")
+
+
+CASES = [unterminated_record, unterminated_nesting, colliding_set, deep_expression, mmlu_spaces, gsm8k_spaces,
+         junk_lines, blank_lines]
+
+
+def fastest(fn: Callable[[int], None], n: int, repeat: int) -> float:
+    """The fastest of ``repeat`` timed calls, after one untimed call (imports, parser set-up)."""
+    fn(n)
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn(n)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=20_000, help="the smaller size of every case (default 20000)")
+    ap.add_argument("--repeat", type=int, default=3, help="repeats per size; the fastest counts (default 3)")
+    args = ap.parse_args()
+    print(f"| case | n = {args.n} | 4n = {4 * args.n} | ratio (linear ~4, quadratic ~16) |")
+    print("| --- | --- | --- | --- |")
+    for case in CASES:
+        small, large = fastest(case, args.n, args.repeat), fastest(case, 4 * args.n, args.repeat)
+        print(f"| {case.__name__} | {small * 1e3:.1f} ms | {large * 1e3:.1f} ms | {large / small:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
