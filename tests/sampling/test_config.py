@@ -32,7 +32,14 @@ def test_sample_seed_depends_on_every_part_and_is_stable():
 
 def test_generate_task_mmlu_uses_the_w_eval_run_uses_for_mmlu():
     from elfreg.eval.run_model import W_TASK
-    from elfreg.sampling.cli import task_w
+    from elfreg.sampling.config import task_w
 
     # the sources give no w for MMLU: elfreg's choice (2) must be the same on both entry points
     assert task_w("mmlu") == task_w(W_TASK["choice"]) == 2.0
+
+
+def test_task_w_falls_back_to_the_default_w_for_tasks_without_a_preset():
+    from elfreg.sampling.config import task_w
+
+    assert task_w(None) == task_w("demo-arith") == task_w("choice") == SamplerConfig.w == 3.0
+    assert task_w("GSM8K") == 3.0 and task_w("MATH500") == 2.0

@@ -19,7 +19,7 @@ from elfreg.diagnose.plot import plot_diagnostics
 from elfreg.diagnose.run import diagnose_model, read_problems
 from elfreg.diagnose.tasks import AnswerTask, harness_task, resolve_task
 from elfreg.sampling.cli import LoadedModel, load_elf_model
-from elfreg.sampling.config import W_PRESETS, w_for_task
+from elfreg.sampling.config import task_w
 from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule
 
 
@@ -106,7 +106,7 @@ def config_from_args(args: argparse.Namespace) -> DiagnoseConfig:
     readouts = args.readouts if args.readouts is not None else _default_readouts(m)
     full = sorted(set(readouts) | {m})
     early = args.early_nfe if args.early_nfe is not None else (64 if 64 in full[:-1] else full[(len(full) - 1) // 2])
-    w = args.w if args.w is not None else (w_for_task(args.task) if args.task.lower() in W_PRESETS else 3.0)
+    w = args.w if args.w is not None else task_w(args.task)
     exit_max = getattr(args, "exit_max_nfe", None) or early
     check_every = getattr(args, "exit_check_every", None)
     if check_every is None:   # the default rule, where it can fire within the budget on this path

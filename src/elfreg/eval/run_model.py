@@ -286,7 +286,7 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     writes each into ``--out/<label>`` and a combined summary.json / summary.md into ``--out``."""
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit: need >= 1, got {args.limit}")
-    from elfreg.sampling.cli import task_w
+    from elfreg.sampling.config import task_w
 
     registry = default_registry()
     if args.benchmark not in registry.names():

@@ -14,7 +14,7 @@ import torch
 from elfreg.cliargs import device, error_line, input_file, model_ref, output_file
 from elfreg.fingerprint import add_restart_argument
 from elfreg.sampling.answers import EXTRACTORS, TASK_EXTRACTORS, answer_for
-from elfreg.sampling.config import GRIDS, SAMPLERS, W_PRESETS, SamplerConfig, w_for_task
+from elfreg.sampling.config import GRIDS, SAMPLERS, W_PRESETS, SamplerConfig, task_w
 from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.results_io import read_records
@@ -90,11 +90,6 @@ def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
     return SamplerConfig(sampler=args.sampler, nfe=args.nfe, rho=args.rho, grid=args.grid, p=args.p, eta=args.eta,
                          w=w, sigma=sigma, drop_reg=args.drop_reg, seed=args.seed, check_every=args.check_every,
                          patience=args.patience, min_nfe=args.min_nfe, extract=args.extract or answer_for(args.task))
-
-
-def task_w(task: str | None) -> float:
-    """The guidance scale --task implies: its preset (spec §5), else the default w."""
-    return w_for_task(task) if task and task.lower() in W_PRESETS else SamplerConfig.w
 
 
 @dataclass

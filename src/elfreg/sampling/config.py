@@ -81,6 +81,11 @@ class SamplerConfig:
         return asdict(self)
 
 
+def task_w(task: str | None) -> float:
+    """The guidance scale a task name implies: its preset (spec §5), else the default w (a task with no preset)."""
+    return W_PRESETS.get(task.lower(), SamplerConfig.w) if task else SamplerConfig.w
+
+
 def w_for_task(task: str) -> float:
     """Paper inference guidance scale for a task name (spec §5); ValueError on an unknown task."""
     key = task.lower()
