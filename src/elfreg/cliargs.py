@@ -137,18 +137,20 @@ def device(text: str) -> str:
         dev = torch.device(text)
     except RuntimeError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a device; use cpu, cuda or cuda:N") from None
-    if dev.type == "cuda":
-        problem = cuda_problem(dev.index)
-        if problem:
-            raise argparse.ArgumentTypeError(f"{text}: {problem}; use --device cpu, or leave --device out "
-                                             "(cuda when there is one, else cpu)")
+    problem = device_problem(text) if dev.type == "cuda" else None
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text}: {problem}; use --device cpu, or leave --device out "
+                                         "(cuda when there is one, else cpu)")
     return text
 
 
-def torch_index(spec: str) -> int | None:
-    """The device index of a spec such as ``cuda:1`` (None for ``cuda``)."""
+def device_problem(spec: str) -> str | None:
+    """Why the device ``spec`` (``cpu``, ``cuda``, ``cuda:N``) cannot be used here, or None: CUDA only where present
+    (one home for --device, lm-eval's --device and train.device)."""
+    if not spec.startswith("cuda"):
+        return None
     index = spec.partition(":")[2]
-    return int(index) if index.isdigit() else None
+    return cuda_problem(int(index) if index.isdigit() else None)
 
 
 def cuda_problem(index: int | None = None) -> str | None:

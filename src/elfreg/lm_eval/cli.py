@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from elfreg.cliargs import cuda_problem, model_ref, torch_index
+from elfreg.cliargs import device_problem, model_ref
 
 HELP = __doc__
 log = logging.getLogger(__name__)
@@ -70,10 +70,9 @@ def lm_eval_argv(argv: list[str]) -> list[str]:
 
 def _check_device(text: str) -> None:
     """ValueError for a --device naming CUDA where there is none (lm-eval would fail deep inside, after loading)."""
-    if text.startswith("cuda"):
-        problem = cuda_problem(torch_index(text))
-        if problem:
-            raise ValueError(f"--device {text}: {problem}; use --device cpu, or leave --device out")
+    problem = device_problem(text)
+    if problem:
+        raise ValueError(f"--device {text}: {problem}; use --device cpu, or leave --device out")
 
 
 def _flag(argv: list[str], name: str) -> str | None:

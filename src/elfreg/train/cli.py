@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from elfreg.cliargs import config_placeholder, cuda_problem, error_line, input_file, output_dir, torch_index
+from elfreg.cliargs import config_placeholder, device_problem, error_line, input_file, output_dir
 from elfreg.fingerprint import add_restart_argument
 
 
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         unreplaced = config_placeholder(to_dict(cfg))
         if unreplaced:
             raise ConfigError(f"{args.config}: {unreplaced}")
-        no_cuda = cfg.train.device.startswith("cuda") and cuda_problem(torch_index(cfg.train.device))
+        no_cuda = device_problem(cfg.train.device)
         if no_cuda:
             raise ConfigError(f"train.device = {cfg.train.device}: {no_cuda}; set train.device=cpu (or auto)")
     except (ConfigError, ValueError, OSError) as exc:
