@@ -43,9 +43,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _show_defaults(parser: argparse.ArgumentParser) -> None:
-    """Append "(default: X)" to every option's help that has a default and does not already say it."""
+    """Append its range to every numeric option's help (elfreg.bounds), and "(default: X)" to every option's help that
+    has a default and does not already say it."""
     for _, action in walk_actions(parser):
         default = action.default
+        rng = getattr(action.type, "range", None)
+        if rng is not None and action.help not in (None, argparse.SUPPRESS):
+            each = "comma-separated, each " if getattr(action.type, "__name__", "") == "list" else ""
+            action.help += f" ({each}{rng.text})".replace("%", "%%")
         if (action.help in (None, argparse.SUPPRESS) or default in (None, False, argparse.SUPPRESS)
                 or "default" in action.help.lower() or "%(default)" in action.help):
             continue

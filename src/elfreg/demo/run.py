@@ -38,6 +38,7 @@ from elfreg.hub import ElfModel
 from elfreg.sampling.answers import extractor, text_answers
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.decode import detokenize, response_token_ids
+from elfreg.sampling.pipeline import check_sampling_fits
 from elfreg.sampling.samplers import sample
 from elfreg.train import CachedFeatures
 from elfreg.train.config import CanvasSection, DataConfig, RunConfig, TrainConfig
@@ -59,10 +60,7 @@ def task_module(cfg: DemoConfig) -> ModuleType:
 
 
 def task_config(cfg: DemoConfig) -> arith.ArithTaskConfig | chain.ChainTaskConfig:
-    if cfg.task.kind == "arith":
-        return arith.ArithTaskConfig(ops=cfg.task.ops)
-    return chain.ChainTaskConfig(hops=cfg.task.hops, distractor_hops=cfg.task.distractor_hops,
-                                 distractors=cfg.task.distractors)
+    return cfg.task.task_config()
 
 
 def task_rows(problems: list, task: ModuleType) -> list[dict]:
@@ -109,6 +107,7 @@ def sample_texts_nfe(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg:
                      batch_size: int) -> tuple[list[str], list[float], list[int], list[bool | None]]:
     """``sample_texts`` plus the NFE each row spent and whether its answer settled (adaptive exit, else None); the
     adaptive exit rule watches the task's final answer."""
+    check_sampling_fits(model.student, scfg, min(batch_size, x.shape[0]), x.device)
     texts, exits, nfe, settled = [], [], [], []
     for b in range(0, x.shape[0], batch_size):
         idx = list(range(b, min(b + batch_size, x.shape[0])))
