@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from elfreg.diagnose.config import ACCEL_STEPS, READOUT, STATE_DTYPES, STEPS, Di
 from elfreg.diagnose.plot import plot_diagnostics
 from elfreg.diagnose.run import diagnose_model, read_problems
 from elfreg.diagnose.tasks import AnswerTask, harness_task, resolve_task
+from elfreg.jsontext import dumps
 from elfreg.resources import check_fits, sampler_grid_need
 from elfreg.sampling.cli import LoadedModel, load_elf_model
 from elfreg.sampling.config import BATCH, EXIT_RANGES, NFE, SAMPLER_RANGES, task_w
@@ -196,7 +196,7 @@ def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], L
     out = Path(args.out)
     doc = {"settings": settings, "models": results, "early_stop_table": early_table(results),
            "exit_rule_table": exit_table(results)}
-    atomic_write_text(out / "diagnostics.json", json.dumps(doc, indent=1) + "\n")
+    atomic_write_text(out / "diagnostics.json", dumps(doc, indent=1) + "\n")
     atomic_write(out / "diagnostics.png", lambda p: plot_diagnostics(results, p, cfg.early_nfe))
     print(doc["early_stop_table"])
     if doc["exit_rule_table"]:

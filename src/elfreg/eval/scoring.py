@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from ..bounds import DAY_S, Range, check_ranges
 from ..fingerprint import folder_key, row_ok, sign_row
+from ..jsontext import dumps
 from ..resources import usable_cpus
 from ..sampling.results_io import repair_truncated_tail
 from ..sandbox import Sandbox, SandboxError
@@ -132,7 +133,7 @@ class ResultsFile:
             row = sign_row(row, self.key)
         self.rows[(row["task_id"], row["sample"])] = row
         if self._fd is not None:
-            os.write(self._fd, (json.dumps(row) + "\n").encode("utf-8"))
+            os.write(self._fd, (dumps(row) + "\n").encode("utf-8"))
 
     def close(self) -> None:
         if self._fd is not None:

@@ -24,6 +24,7 @@ from elfreg.configtools import ConfigError, dump_yaml, to_dict
 from elfreg.data.templates import prompt_template
 from elfreg.fingerprint import move_aside
 from elfreg.hub import ElfModel, check_shapes
+from elfreg.jsontext import dumps
 from elfreg.objective import draw, loss_counts
 from elfreg.resources import check_fits, training_need
 from elfreg.stats import FeatureStats
@@ -555,7 +556,7 @@ class Trainer:
         if info.is_main:
             model_dir = self.output / "model"
             self.elf.save_pretrained(model_dir, ema)
-            atomic_write_text(self.output / "summary.json", json.dumps(summary, indent=2))
+            atomic_write_text(self.output / "summary.json", dumps(summary, indent=2))
         self.check_overflow(summary)
         return TrainResult(step, self.output, model_dir, last_ckpt, history, summary)
 
