@@ -370,9 +370,8 @@ def test_argument_errors_are_one_line(capsys):
 
 
 def test_bad_input_value_error_is_one_line(capsys, files):
-    line = _one_line(capsys, "eval", "run", "--model", "m", "--benchmark", "gsm8k", "--out", files / "o", "--limit",
-                     "0")
-    assert line == "elfreg eval run: error: --limit: need >= 1, got 0"
+    line = _one_line(capsys, "eval", "run", "--model", "m", "--benchmark", "nope", "--out", files / "o")
+    assert line.startswith("elfreg eval run: error: --benchmark: unknown benchmark 'nope'; one of ")
 
 
 def test_lm_eval_dataset_download_failure_is_one_line(capsys, monkeypatch, files):
@@ -415,3 +414,135 @@ def test_lm_eval_offline_end_to_end_is_one_line(tmp_path, tiny_lm_dir):
     errors = [ln for ln in res.stderr.splitlines() if "error" in ln.lower()]
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-3000:]
     assert errors[-1].startswith("elfreg lm-eval: error: the dataset of task(s) gsm8k could not be downloaded")
+
+
+# --- numeric flags have ranges (issue #36): nan, inf, huge, negative are one line, exit code 2, before any work ------
+
+from elfreg.bounds import Range  # noqa: E402
+
+# Valid required options of each command, so that the option under test is the only bad one ({t}: a temp folder).
+BASE_ARGV = {
+    "elfreg generate": ["--model", "m", "--prompts", "{t}/p.jsonl", "--out", "{t}/o.jsonl"],
+    "elfreg eval score": ["--benchmark", "gsm8k", "--completions", "{t}/c.jsonl", "--out", "{t}/o"],
+    "elfreg eval run": ["--model", "m", "--benchmark", "gsm8k", "--out", "{t}/o"],
+    "elfreg diagnose": ["--model", "m", "--prompts", "{t}/p.jsonl", "--out", "{t}/o"],
+    "elfreg data decontaminate": ["--task", "math", "--input", "{t}/p.jsonl", "--output", "{t}/o", "--report",
+                                  "{t}/r"],
+    "elfreg data canvas-stats": ["--task", "math", "--input", "{t}/p.jsonl", "--tokenizer", "tok"],
+    "elfreg data mmlu-train": ["--rationales", "{t}/p.jsonl", "--output", "{t}/o", "--report", "{t}/r"],
+}
+
+
+def _numeric_options():
+    """(prog, option, range) of every option whose value is a number (or a list of numbers)."""
+    out = []
+    for prog, action in walk_actions(build_parser()):
+        if action.type in (int, float):
+            raise AssertionError(f"{prog} {action.option_strings}: a bare int/float type has no range (elfreg.bounds)")
+        rng = getattr(action.type, "range", None)
+        if rng is not None:
+            out.append((prog, action.option_strings[-1], rng))
+    return out
+
+
+NUMERIC = _numeric_options()
+
+
+def _outside(rng: Range) -> list[str]:
+    """Values a flag of range ``rng`` must refuse: nan, +-inf, 1e30 (past every bound), below its low end, and a
+    fraction for a count."""
+    low = rng.lo if rng.lo_open else rng.lo - 1
+    return ["nan", "inf", "-inf", "1e30", repr(low)] + (["2.5"] if rng.integer else [])
+
+
+def test_every_numeric_option_has_a_range_that_its_default_and_help_show():
+    assert len(NUMERIC) >= 40 and {prog for prog, _, _ in NUMERIC} == set(BASE_ARGV)
+    for prog, action in walk_actions(build_parser()):
+        rng = getattr(action.type, "range", None)
+        if rng is None:
+            continue
+        assert rng.text in action.help, (prog, action.option_strings)
+        defaults = action.default if isinstance(action.default, list) else [action.default]
+        assert all(d is None or rng.problem(d) is None for d in defaults), (prog, action.option_strings)
+
+
+@pytest.mark.parametrize("prog, option, rng", NUMERIC, ids=[f"{p[7:]} {o}" for p, o, _ in NUMERIC])
+def test_every_numeric_option_refuses_nan_inf_huge_and_negative_in_one_line(capsys, files, prog, option, rng):
+    base = [a.format(t=files) for a in BASE_ARGV[prog]]
+    for bad in _outside(rng):
+        line = _one_line(capsys, *prog.split()[1:], *base, f"{option}={bad}")
+        assert line.startswith(f"{prog}: error: argument {option}: need {rng.text}"), line
+    assert not (files / "o").exists() and not (files / "o.jsonl").exists()
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["eval", "score", "--text-limit", "inf"], "argument --text-limit: need a number in [1, 86400] s, got inf"),
+    (["eval", "score", "--text-limit", "1e308"], "argument --text-limit: need a number in [1, 86400] s, got 1e+308"),
+    (["eval", "score", "--text-limit", "1e-9"], "argument --text-limit: need a number in [1, 86400] s, got 1e-09"),
+    (["eval", "score", "--time-factor", "nan"], "argument --time-factor: need a number in [1, 1000], got nan"),
+    (["eval", "score", "--min-time", "inf"], "argument --min-time: need a number in [0.1, 86400] s, got inf"),
+    (["eval", "score", "--sample-cap", "inf"], "argument --sample-cap: need a number in [0.1, 86400] s, got inf"),
+    (["eval", "score", "--memory-gb", "1e30"], "argument --memory-gb: need a number in [0.0625, 8589934591] GiB"),
+    (["eval", "score", "--workers", "100000"], "argument --workers: need an integer in [1, "),
+    (["eval", "run", "--workers", "100000"], "argument --workers: need an integer in [1, "),
+    (["generate", "--w", "nan"], "argument --w: need a number in [0, 100] (guidance scale), got nan"),
+    (["generate", "--w", "inf"], "argument --w: need a number in [0, 100] (guidance scale), got inf"),
+    (["diagnose", "--w", "nan"], "argument --w: need a number in [0, 100] (guidance scale), got nan"),
+    (["generate", "--rho", "1e9"], "argument --rho: need an integer in [1, 65536] (master grid of rho * N points), "
+                                   "got 1000000000"),
+], ids=lambda a: " ".join(a[:3]) if isinstance(a, list) else "")
+def test_the_flags_of_issue_36_are_bounded(capsys, files, monkeypatch, argv, said):
+    """Each of these went through before (a traceback, a fork bomb, a NaN in the results, 'install bubblewrap')."""
+    import elfreg.eval.scoring as scoring
+
+    monkeypatch.setattr(scoring, "usable_cpus", lambda: 4)   # the --workers bound follows this machine's CPUs
+    prog = " ".join(argv[:2]) if argv[0] == "eval" else argv[0]
+    base = [a.format(t=files) for a in BASE_ARGV[f"elfreg {prog}"]]
+    line = _one_line(capsys, *argv[:2 if argv[0] == "eval" else 1], *base, *argv[2 if argv[0] == "eval" else 1:])
+    assert said in line
+    if "--workers" in argv:
+        assert "need an integer in [1, 4] (one per usable CPU), got 100000" in line
+
+
+def test_a_student_or_batch_that_cannot_fit_is_refused_before_the_backbones_load(capsys, files, monkeypatch):
+    """train model.width=10**9 is past the range; a width inside it whose training cannot fit in memory is refused
+    by the memory estimate before anything loads (the backbones) or is written."""
+    monkeypatch.setattr("elfreg.backbones.Backbones", lambda *a, **k: pytest.fail("the backbones were loaded"))
+    base = ["train", "--config", REPO / "configs/tiny-smoke.yaml", "--output", files / "run",
+            f"backbones.encoder={files / 'folder'}", f"backbones.teacher={files / 'folder'}", "train.device=cpu"]
+    line = _one_line(capsys, *base, "model.width=1000000000")
+    assert line.endswith("model.width: need an integer in [1, 131072], got 1000000000")
+    line = _one_line(capsys, *base, "model.width=131072", "model.heads=1024", "model.depth=1024")
+    assert line.startswith("elfreg train: error: training (1024 blocks of width 131072, 8 rows per micro-step) needs "
+                           "at least ") and "lower train.batch_size" in line and "model.width" in line
+    assert not (files / "run").exists()
+
+
+def test_the_sampler_grid_that_cannot_fit_is_refused_before_the_model_loads(capsys, files, monkeypatch):
+    monkeypatch.setattr("elfreg.hub.ElfModel.from_pretrained", lambda *a, **k: pytest.fail("the model was loaded"))
+    line = _one_line(capsys, "generate", "--model", "m", "--prompts", files / "p.jsonl", "--out", files / "o.jsonl",
+                     "--rho", "65536", "--nfe", "65536")
+    assert line.startswith("elfreg generate: error: the master grid of 4,294,967,296 points needs at least 137.4 GB "
+                           "of RAM") and line.endswith("lower --rho, --nfe or --batch-size")
+    assert not (files / "o.jsonl").exists()
+
+
+def test_weights_that_do_not_match_config_json_are_one_line(capsys, files):
+    model = _elf_model(files / "model")
+    cfg = json.loads((model / "config.json").read_text())
+    cfg["model"]["mlp_ratio"] = 2.0
+    (model / "config.json").write_text(json.dumps(cfg))
+    line = _one_line(capsys, "generate", "--model", model, "--prompts", files / "p.jsonl", "--out", files / "o.jsonl",
+                     "--device", "cpu")
+    assert line == (f"elfreg generate: error: {model / 'model.safetensors'}: tensor blocks.0.mlp.w12.weight has shape "
+                    f"(682, 128), but {model / 'config.json'} makes it (340, 128); the weights and the config are from "
+                    "different models")
+
+
+def test_demo_settings_out_of_range_are_one_line_before_any_work(capsys, files):
+    for override, said in (("student.width=1000000000", "student.width: need an integer in [1, 131072]"),
+                           ("train.lr=.nan", "train.lr: expected a finite number, got nan"),
+                           ("eval.batch_size=0", "eval.batch_size: need an integer in [1, 65536], got 0")):
+        line = _one_line(capsys, "demo", "--out", files / "demo", override)
+        assert said in line, line
+    assert not (files / "demo").exists()

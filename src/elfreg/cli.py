@@ -9,6 +9,7 @@ import sys
 
 from elfreg import __version__
 from elfreg.cliargs import error_line, is_bad_input, walk_actions
+from elfreg.ctrlc import CtrlC
 
 # Each command's module exposes register(subparsers); listed explicitly so a broken import is an error, not a missing
 # command. A run imports its own command's module only: the others pull in matplotlib, lm-eval and more (seconds).
@@ -43,8 +44,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _show_defaults(parser: argparse.ArgumentParser) -> None:
-    """Append "(default: X)" to every option's help that has a default and does not already say it."""
+    """Append its range to every numeric option's help (elfreg.bounds), and "(default: X)" to every option's help that
+    has a default and does not already say it."""
     for _, action in walk_actions(parser):
+        rng = getattr(action.type, "range", None)
+        if rng is not None and action.help not in (None, argparse.SUPPRESS):
+            each = "comma-separated, each " if getattr(action.type, "__name__", "") == "list" else ""
+            action.help += f" ({each}{rng.text})".replace("%", "%%")
         default = action.default
         if (action.help in (None, argparse.SUPPRESS) or default in (None, False, argparse.SUPPRESS)
                 or "default" in action.help.lower() or "%(default)" in action.help):
@@ -90,30 +96,44 @@ def _resume_note(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line; returns the exit code (130 after a Ctrl-C, whenever it comes: elfreg.ctrlc)."""
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        parser = build_parser(_command(argv))
-        args, extra = parser.parse_known_args(argv)
-        if getattr(args, "passthrough_args", False):
-            args.passthrough = extra   # a command whose flags belong to another tool (elfreg lm-eval)
-        elif extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    except SystemExit as exc:   # --help, --version and argument errors (already printed)
-        return exc.code if isinstance(exc.code, int) else 2
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print(f"{_prog(args)}: interrupted; {_resume_note(args)}", file=sys.stderr)
-        return 130
-    except Exception as exc:
-        if not is_bad_input(exc):
-            raise
-        # Bad input: one clear line, no traceback (set --log-level DEBUG for the traceback).
-        logging.getLogger("elfreg").debug("traceback", exc_info=True)
-        print(f"{_prog(args)}: error: {error_line(exc, args)}", file=sys.stderr)
-        return 2
+    command = _command(argv)
+    parsed: list[argparse.Namespace] = []
+
+    def interrupted() -> str:
+        if not parsed:
+            return f"elfreg{' ' + command if command else ''}: interrupted before it started; nothing was written"
+        return f"{_prog(parsed[0])}: interrupted; {_resume_note(parsed[0])}"
+
+    with CtrlC(interrupted) as ctrl:   # until ctrl.working, a Ctrl-C ends the process at once: nothing written
+        try:
+            parser = build_parser(command)
+            args, extra = parser.parse_known_args(argv)
+            if getattr(args, "passthrough_args", False):
+                args.passthrough = extra   # a command whose flags belong to another tool (elfreg lm-eval)
+            elif extra:
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        except SystemExit as exc:   # --help, --version and argument errors (already printed)
+            return exc.code if isinstance(exc.code, int) else 2
+        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        parsed.append(args)
+        ctrl.working = True
+        try:
+            return int(args.func(args) or 0)
+        except KeyboardInterrupt:
+            print(interrupted(), file=sys.stderr)
+            return 130
+        except Exception as exc:
+            if ctrl.seen:   # the Ctrl-C's doing (a library turned it into another error)
+                print(interrupted(), file=sys.stderr)
+                return 130
+            if not is_bad_input(exc):
+                raise
+            # Bad input: one clear line, no traceback (set --log-level DEBUG for the traceback).
+            logging.getLogger("elfreg").debug("traceback", exc_info=True)
+            print(f"{_prog(args)}: error: {error_line(exc, args)}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

@@ -6,9 +6,28 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
+from elfreg.bounds import Range, check_ranges
 from elfreg.configtools import ConfigError, check
 
 ExtraToken = Literal["none", "reg", "olt"]
+
+# Sizes: sanity bounds far beyond any model of this kind (the widest language models are ~25k wide, ~130 blocks deep,
+# with ~256k tokens of vocabulary); what fits is the memory estimate's call (elfreg.resources).
+WIDTH = Range(1, 2 ** 17, integer=True)
+LAYERS = Range(1, 2 ** 10, integer=True)
+MODEL_RANGES = {
+    "feature_dim": WIDTH, "reg_dim": WIDTH, "teacher_dim": WIDTH, "width": WIDTH, "bottleneck_dim": WIDTH,
+    "repa_hidden": WIDTH, "vocab_size": Range(1, 2 ** 24, integer=True), "depth": LAYERS, "heads": LAYERS,
+    "mlp_ratio": Range(0, 64, lo_open=True), "num_time_tokens": LAYERS, "num_w_tokens": LAYERS,
+    "num_mode_tokens": LAYERS, "max_len": Range(2, 2 ** 20, integer=True),
+    "rope_theta": Range(1, 1e12, lo_open=True, why="RoPE base"), "norm_eps": Range(0, 1, lo_open=True, hi_open=True),
+}
+# Scales shared by training and inference: the noise scale sigma of y_0 = sigma * eps, the guidance scale w (trained
+# on [w_min, w_max] within it), the mean and spread of a logit-normal law (sigmoid(+-20) is within 2e-9 of 1 and 0).
+SIGMA = Range(0, 100, lo_open=True, why="noise scale")
+GUIDANCE = Range(0, 100, why="guidance scale")
+LOGIT_MEAN = Range(-20, 20)
+LOGIT_STD = Range(0, 20, lo_open=True)
 
 
 @dataclass
@@ -38,16 +57,11 @@ class ModelConfig:
     head_token_ids: list[int] | None = None  # restrict the vocab head to these tokenizer ids (demo option)
 
     def __post_init__(self) -> None:
-        for name in ("feature_dim", "reg_dim", "teacher_dim", "vocab_size", "width", "depth", "heads",
-                     "bottleneck_dim", "max_len", "repa_hidden"):
-            check(getattr(self, name) > 0, f"model.{name}", f"must be positive, got {getattr(self, name)}")
-        for name in ("num_time_tokens", "num_w_tokens", "num_mode_tokens"):
-            check(getattr(self, name) >= 1, f"model.{name}", "must be at least 1")
-        check(0 < self.max_prompt_len < self.max_len, "model.max_prompt_len",
+        check_ranges(self, MODEL_RANGES, "model.")
+        check(isinstance(self.max_prompt_len, int) and 0 < self.max_prompt_len < self.max_len, "model.max_prompt_len",
               f"must lie in 1..max_len-1={self.max_len - 1}, got {self.max_prompt_len}")
         check(self.width % self.heads == 0, "model.width", f"{self.width} is not divisible by heads={self.heads}")
         check(self.head_dim % 2 == 0, "model.heads", f"head_dim {self.head_dim} must be even for RoPE")
-        check(self.mlp_ratio > 0, "model.mlp_ratio", "must be positive")
         check(self.extra_token in ("none", "reg", "olt"), "model.extra_token", f"unknown {self.extra_token!r}")
         check(1 <= self.repa_block <= self.depth, "model.repa_block",
               f"must be in 1..depth={self.depth}, got {self.repa_block}")
@@ -95,6 +109,17 @@ def model_preset(name: str, **overrides) -> ModelConfig:
     return ModelConfig(**{**MODEL_PRESETS[name], **overrides})
 
 
+PROBABILITY = Range(0, 1)
+LOSS_WEIGHT = Range(0, 1000, why="a weight past 1000 drowns the flow loss")
+OBJECTIVE_RANGES = {
+    "sigma": SIGMA, "c_t_floor": Range(0, 1, lo_open=True, hi_open=True), "t_mean": LOGIT_MEAN, "t_std": LOGIT_STD,
+    "decoder_prob": PROBABILITY, "decoder_noise_scale": Range(0, 100), "decoder_lambda_mean": LOGIT_MEAN,
+    "decoder_lambda_std": LOGIT_STD, "self_cond_prob": PROBABILITY,
+    "w_min": Range(0, GUIDANCE.hi, lo_open=True, why="guidance scale"), "w_max": GUIDANCE,
+    "repa_weight": LOSS_WEIGHT, "reg_weight": LOSS_WEIGHT,
+}
+
+
 @dataclass
 class ObjectiveConfig:
     """Training objective L = L_ELF + 0.5 L_REPA + 0.1 L_REG (spec §3–4) and its ablation switches (§10)."""
@@ -122,17 +147,9 @@ class ObjectiveConfig:
     repa_on_extra_token: bool = True  # align the REG/OLT token with the teacher state at the REG source token
 
     def __post_init__(self) -> None:
-        check(self.sigma > 0, "objective.sigma", "must be positive")
-        check(0 < self.c_t_floor < 1, "objective.c_t_floor", "must lie in (0, 1)")
-        check(self.t_std > 0, "objective.t_std", "must be positive")
-        check(self.decoder_lambda_std > 0, "objective.decoder_lambda_std", "must be positive")
-        for name in ("decoder_prob", "self_cond_prob"):
-            v = getattr(self, name)
-            check(0.0 <= v <= 1.0, f"objective.{name}", f"must be a probability in [0, 1], got {v}")
-        check(self.decoder_noise_scale >= 0, "objective.decoder_noise_scale", "must be >= 0")
-        check(0 < self.w_min <= self.w_max, "objective.w_min", f"need 0 < w_min <= w_max, got {self.w_min}, {self.w_max}")
+        check_ranges(self, OBJECTIVE_RANGES, "objective.")
+        check(self.w_min <= self.w_max, "objective.w_min", f"need w_min <= w_max, got {self.w_min}, {self.w_max}")
         check(self.w_law in ("uniform", "log_uniform"), "objective.w_law", f"unknown {self.w_law!r}")
-        check(self.repa_weight >= 0 and self.reg_weight >= 0, "objective.repa_weight", "loss weights must be >= 0")
         check(self.repa_shift in (0, 1), "objective.repa_shift", "must be 0 or 1")
         check(self.repa_target in ("token", "mean_pooled"), "objective.repa_target", f"unknown {self.repa_target!r}")
 
@@ -160,10 +177,10 @@ class BackboneConfig:
 
     def __post_init__(self) -> None:
         check(bool(self.encoder), "backbones.encoder", "must name a hub id or a local path")
-        check(self.encoder_layer == -1 or self.encoder_layer >= 1, "backbones.encoder_layer",
-              "must be >= 1 (or -1 for the final output)")
+        if self.encoder_layer != -1:
+            LAYERS.check(self.encoder_layer, "backbones.encoder_layer (or -1 for the final output)")
         for name in ("teacher_repa_layer", "teacher_reg_layer"):
-            check(getattr(self, name) >= 1, f"backbones.{name}", "must be >= 1")
+            LAYERS.check(getattr(self, name), f"backbones.{name}")
         check(self.dtype in ("auto", "float32", "bfloat16"), "backbones.dtype", f"unknown {self.dtype!r}")
 
 

@@ -7,6 +7,7 @@ found at once. Unknown keys are errors, never silently ignored (the ELF referenc
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -19,6 +20,12 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A config value or key is invalid; the message names the field."""
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+    """``repr(value)``, its middle cut out when longer than ``limit`` (a 400-digit number in an error line)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-8:]} ({len(text)} characters)"
 
 
 def _is_dataclass_type(tp: Any) -> bool:
@@ -74,14 +81,22 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
             raise ConfigError(f"{path}: expected an integer, got {value!r}")
         return value
     if tp is float:
+        number = None
         if isinstance(value, str):  # PyYAML (YAML 1.1) reads "1e-3" as a string: accept it as a number
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except OverflowError:   # an integer past the float range
+                number = math.inf
+        if number is None:
             raise ConfigError(f"{path}: expected a number, got {value!r}")
-        return float(value)
+        if not math.isfinite(number):   # YAML's .inf / .nan, "1e999": no setting means anything with them
+            raise ConfigError(f"{path}: expected a finite number, got {short_repr(value)}")
+        return number
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{path}: expected a string, got {value!r}")

@@ -23,6 +23,7 @@ from elfreg.config import ElfRegConfig
 from elfreg.configtools import from_dict, to_dict
 from elfreg.data.templates import LEGACY_PROMPT_TEMPLATE, format_prompt, validate_template
 from elfreg.model.student import ElfStudent
+from elfreg.resources import check_fits, model_need
 from elfreg.stats import FeatureStats
 
 FORMAT_VERSION = 1
@@ -144,12 +145,11 @@ class ElfModel:
         template = _saved_template(payload, folder / "config.json")
         _resolve_backbones(payload, folder, backbone_path)
         config = from_dict(ElfRegConfig, payload)
+        check_fits(model_need(config.model, f"the student of {folder / 'config.json'}"))   # before allocating it
         student = ElfStudent(config.model)
-        weights = load_file(str(folder / "model.safetensors"))
-        missing, unexpected = student.load_state_dict(weights, strict=False)
-        if missing or unexpected:
-            raise ValueError(f"{folder / 'model.safetensors'} does not match the config: "
-                             f"missing {missing[:5]}, unexpected {unexpected[:5]}")
+        path = folder / "model.safetensors"
+        check_shapes(_expected_shapes(student), _file_shapes(path), f"{path}", f"{folder / 'config.json'}")
+        student.load_state_dict(load_file(str(path)))
         stats = _load_stats(folder, config.model.feature_dim)
         model = cls(config, student.eval(), FeatureStats.from_tensors(stats, "x"), FeatureStats.from_tensors(stats, "reg"),
                     FeatureStats.from_tensors(stats, "teacher"), prompt_template=template)
@@ -261,6 +261,31 @@ def _resolve_backbones(payload: dict, folder: Path, override: str | Path | None)
                                                                   prints.get("teacher"))
         except ValueError as exc:
             log.info("%s: teacher %r not found here (%s); inference does not need it", folder, b["teacher"], exc)
+
+
+def _expected_shapes(student: ElfStudent) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in student.state_dict().items()}
+
+
+def _file_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor of a .safetensors file, from its header (no tensor is read)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+
+
+def check_shapes(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], where: str,
+                 config: str) -> None:
+    """ValueError naming the first tensor of ``where`` whose name or shape ``config`` does not give (the weights
+    and the config are from different models), before any weight is copied."""
+    missing, unexpected = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{where} does not match {config}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    for name, shape in expected.items():
+        if found[name] != shape:
+            raise ValueError(f"{where}: tensor {name} has shape {tuple(found[name])}, but {config} makes it "
+                             f"{tuple(shape)}; the weights and the config are from different models")
 
 
 def _load_stats(folder: Path, feature_dim: int) -> dict[str, Tensor]:

@@ -166,7 +166,8 @@ def test_score_text_limit_reaches_the_scorer_is_checked_first_and_is_part_of_the
     comp = _two_seed_completions(tmp_path, load_benchmark("gsm8k"))
     out = tmp_path / "out"
     assert _score(comp, out, "--text-limit", "0") == 2  # refused before any work
-    assert "text_limit_s must be > 0" in capsys.readouterr().err and not out.exists()
+    assert "argument --text-limit: need a number in [1, 86400] s, got 0.0" in capsys.readouterr().err
+    assert not out.exists()
     seen = []
     real = eval_cli.score_completions
     monkeypatch.setattr(eval_cli, "score_completions", lambda *a: seen.append(a[3].text_limit_s) or real(*a))

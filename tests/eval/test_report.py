@@ -22,3 +22,23 @@ def test_code_table_has_one_column_per_k_for_every_mode_and_test_set():
     assert f"| humaneval_plus | base | off | 12.50 | {std:.2f} | {p10:.2f} | 50.00 | 2 | 16 |" in md
     assert md.count("| humaneval_plus |") == 4
     assert "Protocol: paper; nfe=16 (user), samples=16 (protocol:paper)" in md
+
+
+def test_results_rows_and_summaries_never_hold_nan(tmp_path):
+    import pytest
+
+    from elfreg.eval.report import write_reports
+    from elfreg.eval.scoring import ResultsFile
+
+    results = ResultsFile(tmp_path / "results.jsonl", key="ab" * 32)
+    with pytest.raises(ValueError, match="^score is inf: JSON has no such number"):
+        results.add({"task_id": "t", "sample": 0, "correct": True, "score": float("inf")})
+    results.close()
+    assert (tmp_path / "results.jsonl").read_text() == ""
+    base = summarize({"a": {0: True, 1: False}}, ks=(1,))
+    summary = {"benchmark": "gsm8k", "metrics": {"accuracy": base}, "pass_at_k": {"ks": [1], "dropped_ks": [], "ks_from": "user"},
+               "settings": {"w": float("nan")}, "data_file": "f", "data_sha256": "x", "problems_missing": 0,
+               "versions": {}}
+    with pytest.raises(ValueError, match=r"^settings\.w is nan: JSON has no such number"):
+        write_reports(summary, tmp_path)
+    assert not (tmp_path / "summary.json").exists()

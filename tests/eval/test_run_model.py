@@ -210,7 +210,7 @@ def test_eval_run_bad_exit_rule_fails_before_any_work(tmp_path, tiny_lm_dir, cap
     base = ["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(_gsm_file(tmp_path)),
             "--device", "cpu", "--no-progress", "--sampler", "adaptive"]
     cases = [(["--nfe", "4"], "patience: 3 checks every 2 denoiser calls"),   # the default rule cannot fire in 4
-             (["--protocol", "paper", "--check-every", "0"], "check_every: need an integer >= 1"),
+             (["--protocol", "paper", "--check-every", "0"], "argument --check-every: need an integer in [1, 65536]"),
              (["--min-nfe", "99"], "min_nfe: 99 exceeds nfe = 64"),
              (["--extract", "regex"], "extract: unknown answer extractor 'regex'")]
     _assert_refused_before_any_work(base, cases, tmp_path, capsys)
@@ -270,6 +270,10 @@ def test_eval_run_without_isolation_refuses_before_touching_out(tmp_path, tiny_l
 def test_eval_run_refuses_a_bad_text_limit_before_any_work(tmp_path, tiny_lm_dir, capsys):
     model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
     out = tmp_path / "run"
-    assert main(["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(_gsm_file(tmp_path)),
-                 "--out", str(out), "--nfe", "2", "--no-progress", "--device", "cpu", "--text-limit", "-1"]) == 2
-    assert "text_limit_s must be > 0" in capsys.readouterr().err and not out.exists()
+    base = ["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(_gsm_file(tmp_path)),
+            "--out", str(out), "--nfe", "2", "--no-progress", "--device", "cpu"]
+    assert main([*base, "--text-limit", "-1"]) == 2
+    assert "argument --text-limit: need a number in [1, 86400] s, got -1.0" in capsys.readouterr().err
+    assert main([*base, "--min-time", "100"]) == 2   # each flag in range, the two together not (cap 60 s < floor)
+    assert "time_rule.sample_cap_s: 60 s is below min_time_s 100 s" in capsys.readouterr().err
+    assert not out.exists()

@@ -119,7 +119,8 @@ def test_a_multiple_choice_task_fails_with_that_error_through_lm_eval(model_dir,
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"nfe": 1}, "nfe: need an integer N >= 2"),
+    ({"nfe": 1}, r"nfe: need an integer in \[2, 65536\]"),
+    ({"w": "nan"}, r"w: need a number in \[0, 100\] \(guidance scale\), got nan"),
     ({"nfe": "4.5"}, "model_args nfe: expected int"),
     ({"sampler": "ddim"}, "unknown sampler 'ddim'"),
     ({"prompt_format": "chat"}, "model_args prompt_format: expected one of raw, template"),

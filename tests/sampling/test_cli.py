@@ -39,10 +39,8 @@ def test_generate_end_to_end_and_resume(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra, match", [
-    (["--nfe", "1"], "nfe: need an integer N >= 2"),
-    (["--rho", "0"], "rho: need an integer rho >= 1"),
     (["--sampler", "ddim"], "sampler: unknown sampler 'ddim'"),
-    (["--samples", "0"], "--samples"),
+    (["--sampler", "adaptive", "--nfe", "4"], "patience: 3 checks every 2 denoiser calls"),
 ])
 def test_bad_settings_fail_before_loading(tmp_path, capsys, extra, match):
     prompts = write_prompts(tmp_path / "p.jsonl")

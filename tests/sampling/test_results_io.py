@@ -31,3 +31,14 @@ def test_malformed_complete_line_names_file_and_line(tmp_path):
     out.write_text(json.dumps({"prompt_index": 0, "sample_index": 0}) + "\n{bad}\n")
     with pytest.raises(ValueError, match=r"r\.jsonl:2: not a results record"):
         read_records(out)
+
+
+def test_a_non_finite_number_is_never_written(tmp_path):
+    """NaN / Infinity are not JSON: a row holding one is refused, naming the field, and the file stays valid."""
+    out = tmp_path / "r.jsonl"
+    with AppendWriter(out) as w:
+        w.write_batch([{"prompt_index": 0, "sample_index": 0, "w": 3.0}])
+        with pytest.raises(ValueError, match="^w is nan: JSON has no such number"):
+            w.write_batch([{"prompt_index": 1, "sample_index": 0, "w": float("nan")}])
+    assert [json.loads(line, parse_constant=pytest.fail) for line in out.read_text().splitlines()] == \
+        [{"prompt_index": 0, "sample_index": 0, "w": 3.0}]

@@ -8,10 +8,18 @@ import itertools
 import json
 from typing import Any
 
+from elfreg.bounds import COUNT, Range
 from elfreg.cliargs import input_file, input_path, model_ref, output_file
+from elfreg.config import MODEL_RANGES
 from elfreg.data.canvas import CanvasConfig, special_ids
 from elfreg.data.readers import ReadStats, iter_examples
 from elfreg.data.sources import SourceSpec, preset
+
+
+# Words per compared n-gram (the paper's 8; past a benchmark question's length nothing can match) and the Jaccard
+# similarity at which a row is dropped (0 would drop every row)
+NGRAM = Range(1, 256, integer=True)
+JACCARD = Range(0, 1, lo_open=True)
 
 
 def _parse_columns(text: str) -> dict[str, str]:
@@ -164,12 +172,12 @@ def register(subparsers: Any) -> None:
     dec.add_argument("--report", required=True, type=output_file, help="JSON report file of dropped rows and counts")
     dec.add_argument("--benchmarks", default=None, type=input_path,
                      help="folder with the test sets (default: ELFREG_DATA_DIR, else the copies shipped with elfreg)")
-    dec.add_argument("--ngram", type=int, default=8, help="n of the word n-grams compared")
-    dec.add_argument("--jaccard", type=float, default=0.5,
+    dec.add_argument("--ngram", type=NGRAM.arg, default=8, help="n of the word n-grams compared")
+    dec.add_argument("--jaccard", type=JACCARD.arg, default=0.5,
                      help="drop a row whose n-gram Jaccard similarity to a test problem reaches this")
     from elfreg.data.decontam_code import CodeDecontamConfig  # light: no torch
 
-    dec.add_argument("--ast-min-nodes", type=int, default=CodeDecontamConfig.ast_min_nodes,
+    dec.add_argument("--ast-min-nodes", type=Range(0, None, integer=True).arg, default=CodeDecontamConfig.ast_min_nodes,
                      help="code: solution bodies with fewer AST nodes match only under the same function name")
     dec.set_defaults(func=cmd_decontaminate)
 
@@ -177,10 +185,11 @@ def register(subparsers: Any) -> None:
     _common(cs, ("math", "code", "choice"))
     cs.add_argument("--tokenizer", required=True, type=model_ref, help="tokenizer folder or hub id")
     cs.add_argument("--gguf-file", default=None, help="GGUF file name inside --tokenizer")
-    cs.add_argument("--canvas-len", type=int, default=None, help="canvas length L in tokens (default: the task's)")
-    cs.add_argument("--prompt-cap", type=int, default=None,
+    cs.add_argument("--canvas-len", type=MODEL_RANGES["max_len"].arg, default=None,
+                    help="canvas length L in tokens (default: the task's)")
+    cs.add_argument("--prompt-cap", type=Range(1, MODEL_RANGES["max_len"].hi, integer=True).arg, default=None,
                     help="longest prompt in tokens (default: the task's)")
-    cs.add_argument("--limit", type=int, default=None, help="read only the first N rows")
+    cs.add_argument("--limit", type=COUNT.arg, default=None, help="read only the first N rows")
     cs.set_defaults(func=cmd_canvas_stats)
 
     mm = sub.add_parser("mmlu-train", help="the MMLU training file: auxiliary-train questions + your rationales, "
@@ -206,7 +215,7 @@ def register(subparsers: Any) -> None:
     mm.add_argument("--benchmarks", default=None, type=input_file,
                     help="MMLU test file to decontaminate against (default: the copy shipped with elfreg)")
     mm.add_argument("--no-decontaminate", action="store_true", help="keep questions that match the test set")
-    mm.add_argument("--ngram", type=int, default=8, help="n of the word n-grams compared")
-    mm.add_argument("--jaccard", type=float, default=0.5,
+    mm.add_argument("--ngram", type=NGRAM.arg, default=8, help="n of the word n-grams compared")
+    mm.add_argument("--jaccard", type=JACCARD.arg, default=0.5,
                     help="drop a question whose n-gram Jaccard similarity to a test question reaches this")
     mm.set_defaults(func=cmd_mmlu_train)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from elfreg.configtools import check
+from elfreg.bounds import INT64_MAX, SEED, Range, check_ranges
+from elfreg.configtools import ConfigError, check
 
 SAMPLERS = ("early-stop", "full-span", "renoise")
 TASKS = ("arith", "chain")
@@ -29,8 +30,20 @@ class DemoTask:
 
     def __post_init__(self) -> None:
         check(self.kind in TASKS, "task.kind", f"unknown task {self.kind!r}; choose from {TASKS}")
-        check(self.n_train >= 8, "task.n_train", "must be >= 8")
-        check(self.n_test >= 1, "task.n_test", "must be >= 1")
+        check_ranges(self, {"n_train": Range(8, 2 ** 24, integer=True), "n_test": Range(1, 2 ** 24, integer=True),
+                            "seed": SEED}, "task.")
+        try:
+            self.task_config()   # the task's own ranges (ops, hops, distractors)
+        except ValueError as exc:
+            raise ConfigError(f"task: {exc}") from None
+
+    def task_config(self):
+        """The task's own config: arith.ArithTaskConfig or task.ChainTaskConfig."""
+        from elfreg.demo import arith, task
+
+        if self.kind == "arith":
+            return arith.ArithTaskConfig(ops=self.ops)
+        return task.ChainTaskConfig(hops=self.hops, distractor_hops=self.distractor_hops, distractors=self.distractors)
 
 
 @dataclass
@@ -41,6 +54,12 @@ class DemoBackbones:
     teacher_repa_layer: int = 12
     teacher_reg_layer: int = 12
     dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        from elfreg.config import LAYERS
+
+        check_ranges(self, dict.fromkeys(("encoder_layer", "teacher_repa_layer", "teacher_reg_layer"), LAYERS),
+                     "backbones.")
 
 
 @dataclass
@@ -62,6 +81,19 @@ class DemoStudent:
     canvas_len: int = 30  # templated prompt 13 + response 15 tokens + EOS padding
     max_prompt_len: int = 14
     restrict_head: bool = True  # vocab head over the task's token ids only (mapped back to real ids)
+
+    def __post_init__(self) -> None:
+        from elfreg.config import ModelConfig
+
+        try:   # the model's ranges and layout rules (widths of the backbones are filled in later)
+            ModelConfig(width=self.width, depth=self.depth, heads=self.heads, repa_block=self.repa_block,
+                        repa_hidden=self.repa_hidden, bottleneck_dim=self.bottleneck_dim, max_len=self.canvas_len,
+                        max_prompt_len=self.max_prompt_len)
+        except ConfigError as exc:
+            names = {"max_len": "canvas_len"}
+            field, _, rest = str(exc).partition(": ")
+            name = field.removeprefix("model.")
+            raise ConfigError(f"student.{names.get(name, name)}: {rest}") from None
 
 
 @dataclass
@@ -98,6 +130,13 @@ class DemoTrain:
     def __post_init__(self) -> None:
         check(len(self.seeds) >= 1, "train.seeds", "need at least one training seed")
         check(len(set(self.seeds)) == len(self.seeds), "train.seeds", f"seeds repeat: {self.seeds}")
+        for seed in self.seeds:
+            SEED.check(seed, "train.seeds")
+        from dataclasses import asdict
+
+        from elfreg.train.config import TrainConfig
+
+        TrainConfig(**{k: v for k, v in asdict(self).items() if k != "seeds"})   # TrainConfig's ranges
 
 
 @dataclass
@@ -128,7 +167,15 @@ class DemoEval:
     reach_of_peak: list[float] = field(default_factory=lambda: [0.5, 0.75, 0.9])
 
     def __post_init__(self) -> None:
-        check(self.curve_every >= 0, "eval.curve_every", "must be >= 0 (0 turns the accuracy curve off)")
+        from elfreg.sampling.config import BATCH, NFE, SAMPLER_RANGES
+
+        check_ranges(self, {"rho": SAMPLER_RANGES["rho"], "w": SAMPLER_RANGES["w"], "batch_size": BATCH,
+                            "curve_every": Range(0, INT64_MAX, integer=True, why="0 turns the accuracy curve off")},
+                     "eval.")
+        for n in self.nfes + self.adaptive_nfes:
+            NFE.check(n, "eval.nfes" if n in self.nfes else "eval.adaptive_nfes")
+        for seed in self.seeds:
+            SEED.check(seed, "eval.seeds")
         check(all(0 < a <= 1 for a in self.reach), "eval.reach", f"accuracies must lie in (0, 1], got {self.reach}")
         check(all(0 < f <= 1 for f in self.reach_of_peak), "eval.reach_of_peak",
               f"fractions must lie in (0, 1], got {self.reach_of_peak}")
@@ -165,7 +212,7 @@ class DemoConfig:
     lane_mode: str = "processes"
 
     def __post_init__(self) -> None:
-        check(self.threads >= 1, "threads", f"must be >= 1, got {self.threads}")
+        Range(1, 2 ** 10, integer=True).check(self.threads, "threads")
         check(self.lanes >= 1 and self.threads % self.lanes == 0, "lanes",
               f"must be >= 1 and divide threads ({self.threads}), got {self.lanes}")
         check(self.lane_mode in ("processes", "threads"), "lane_mode",

@@ -35,9 +35,11 @@ from elfreg.demo.config import DemoConfig
 from elfreg.demo.lanes import LanePool, evaluate_job, train_job
 from elfreg.demo.machine import machine_info
 from elfreg.hub import ElfModel
+from elfreg.jsontext import dumps
 from elfreg.sampling.answers import extractor, text_answers
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.decode import detokenize, response_token_ids
+from elfreg.sampling.pipeline import check_sampling_fits
 from elfreg.sampling.samplers import sample
 from elfreg.train import CachedFeatures
 from elfreg.train.config import CanvasSection, DataConfig, RunConfig, TrainConfig
@@ -59,10 +61,7 @@ def task_module(cfg: DemoConfig) -> ModuleType:
 
 
 def task_config(cfg: DemoConfig) -> arith.ArithTaskConfig | chain.ChainTaskConfig:
-    if cfg.task.kind == "arith":
-        return arith.ArithTaskConfig(ops=cfg.task.ops)
-    return chain.ChainTaskConfig(hops=cfg.task.hops, distractor_hops=cfg.task.distractor_hops,
-                                 distractors=cfg.task.distractors)
+    return cfg.task.task_config()
 
 
 def task_rows(problems: list, task: ModuleType) -> list[dict]:
@@ -109,6 +108,7 @@ def sample_texts_nfe(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg:
                      batch_size: int) -> tuple[list[str], list[float], list[int], list[bool | None]]:
     """``sample_texts`` plus the NFE each row spent and whether its answer settled (adaptive exit, else None); the
     adaptive exit rule watches the task's final answer."""
+    check_sampling_fits(model.student, scfg, min(batch_size, x.shape[0]), x.device)
     texts, exits, nfe, settled = [], [], [], []
     for b in range(0, x.shape[0], batch_size):
         idx = list(range(b, min(b + batch_size, x.shape[0])))
@@ -232,7 +232,7 @@ class AccuracyCurve:
         self.rows = rows
         self.encoded: tuple[torch.Tensor, torch.Tensor] | None = None
         self.points = [pt for pt in read_points(path) if pt["step"] <= int(trainer.state["step"])]
-        atomic_write_text(path, "".join(json.dumps(pt) + "\n" for pt in self.points))
+        atomic_write_text(path, "".join(dumps(pt) + "\n" for pt in self.points))
 
     def __call__(self, step: int) -> None:
         ev = self.cfg.eval
@@ -255,7 +255,7 @@ class AccuracyCurve:
         acc, chain_acc = accuracy(sample_texts(model, x, mask, scfg, ev.batch_size)[0], self.problems,
                                   task_module(self.cfg))
         self.points.append({"step": step, "acc": acc, "chain_acc": chain_acc})
-        append_line(self.path, json.dumps(self.points[-1]))
+        append_line(self.path, dumps(self.points[-1]))
         log.info("step %d: test exact match %.3f (early-stop %d NFE, EMA)", step, acc, ev.main_nfe)
 
 
@@ -551,6 +551,6 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     results["phases_seconds"] = phases
     results["threads"] = torch.get_num_threads()
     results["machine"] = machine_info(cfg.threads, cfg.lanes)  # what the numbers reproduce on (report: Reproducibility)
-    atomic_write_text(out / "results.json", json.dumps(results, indent=2))
+    atomic_write_text(out / "results.json", dumps(results, indent=2))
     write_report(results, cfg, out)
     return results

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
@@ -14,20 +13,17 @@ import torch
 
 from elfreg.atomic import atomic_write, atomic_write_text
 from elfreg.cliargs import device, error_line, input_file, model_ref, output_dir
-from elfreg.diagnose.config import STATE_DTYPES, DiagnoseConfig
+from elfreg.bounds import SEED, Range
+from elfreg.diagnose.config import ACCEL_STEPS, READOUT, STATE_DTYPES, STEPS, DiagnoseConfig
 from elfreg.diagnose.plot import plot_diagnostics
 from elfreg.diagnose.run import diagnose_model, read_problems
 from elfreg.diagnose.tasks import AnswerTask, harness_task, resolve_task
+from elfreg.jsontext import dumps
+from elfreg.resources import check_fits, sampler_grid_need
 from elfreg.sampling.cli import LoadedModel, load_elf_model
-from elfreg.sampling.config import task_w
+from elfreg.sampling.config import BATCH, EXIT_RANGES, NFE, SAMPLER_RANGES, task_w
 from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+from elfreg.sampling.pipeline import check_sampling_fits
 
 
 def register(subparsers: Any) -> None:
@@ -44,32 +40,35 @@ def register(subparsers: Any) -> None:
                    help="JSONL file: 'prompt' string, optional 'answer' and 'id' per line")
     p.add_argument("--out", required=True, type=output_dir,
                    help="output folder for diagnostics.json and diagnostics.png")
-    p.add_argument("--steps", type=int, default=512, help="M: points of the master path (M - 1 denoiser calls)")
-    p.add_argument("--readouts", type=_ints, default=None,
+    p.add_argument("--steps", type=STEPS.arg, default=512, help="M: points of the master path (M - 1 denoiser calls)")
+    p.add_argument("--readouts", type=READOUT.list_arg(), default=None,
                    help="read-out NFE values N (clean prediction d_{N-2}); the end N = M is always added "
                         "(default 2,4,...,M/2 and M)")
-    p.add_argument("--seeds", type=_ints, default=[0], help="generation seeds, e.g. 0,1,2,3")
-    p.add_argument("--early-nfe", type=int, default=None,
+    p.add_argument("--seeds", type=SEED.list_arg(), default=[0], help="generation seeds, e.g. 0,1,2,3")
+    p.add_argument("--early-nfe", type=READOUT.arg, default=None,
                    help="early-stop NFE of the closing table (default 64 if a read-out, else the middle one)")
-    p.add_argument("--accel-steps", type=int, default=None,
+    p.add_argument("--accel-steps", type=ACCEL_STEPS.arg, default=None,
                    help="points of the uniform acceleration path (default --steps; 0 skips it)")
     p.add_argument("--task", default="gsm8k",
                    help="answer extractor / scorer: gsm8k, exact (the whole text), demo-arith, demo-chain")
-    p.add_argument("--w", type=float, default=None, help="guidance scale (default: the task's preset, else 3)")
-    p.add_argument("--sigma", type=float, default=None, help="noise scale (default: the model's training sigma)")
+    p.add_argument("--w", type=SAMPLER_RANGES["w"].arg, default=None,
+                   help="guidance scale (default: the task's preset, else 3)")
+    p.add_argument("--sigma", type=SAMPLER_RANGES["sigma"].arg, default=None,
+                   help="noise scale (default: the model's training sigma)")
     p.add_argument("--drop-reg", action="store_true", help="ablation: omit the REG token at inference")
     p.add_argument("--state-dtype", default="float32", help=f"storage of read-out states: {', '.join(STATE_DTYPES)}")
-    p.add_argument("--batch-size", type=int, default=8, help="rows per network call")
+    p.add_argument("--batch-size", type=BATCH.arg, default=8, help="rows per network call")
     p.add_argument("--device", default=None, type=device, help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--exit-check-every", type=int, default=None,
+    p.add_argument("--exit-check-every", type=Range(0, NFE.hi, integer=True).arg, default=None,
                    help="adaptive exit rule (docs/sampling.md): note where it would stop each path, checking the "
                         f"answer every this many steps (default {DEFAULT_EXIT['check_every']} when the rule fits "
                         "--exit-max-nfe; 0: off)")
-    p.add_argument("--exit-patience", type=int, default=DEFAULT_EXIT["patience"],
+    p.add_argument("--exit-patience", type=EXIT_RANGES["patience"].arg, default=DEFAULT_EXIT["patience"],
                    help="exit rule: consecutive checks that must repeat the answer")
-    p.add_argument("--exit-min-nfe", type=int, default=DEFAULT_EXIT["min_nfe"], help="exit rule: least NFE spent")
-    p.add_argument("--exit-max-nfe", type=int, default=None,
+    p.add_argument("--exit-min-nfe", type=EXIT_RANGES["min_nfe"].arg, default=DEFAULT_EXIT["min_nfe"],
+                   help="exit rule: least NFE spent")
+    p.add_argument("--exit-max-nfe", type=Range(2, NFE.hi, integer=True).arg, default=None,
                    help="exit rule: its NFE budget, a divisor of --steps (default --early-nfe); the rule is the "
                         "adaptive sampler with --nfe this and --rho steps / this")
     p.add_argument("--prompt-format", default="template", choices=("template", "raw"),
@@ -169,6 +168,7 @@ def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], L
     """Run `elfreg diagnose`; returns an exit code (2 for bad input, found before any model is loaded)."""
     try:
         cfg = config_from_args(args)
+        check_fits(sampler_grid_need(cfg.sampler_config(0), cfg.batch_size, "--steps or --batch-size"))
         task = resolve_task(args.task, task_lookup)
         problems = read_problems(args.prompts)
     except (ValueError, FileNotFoundError) as exc:
@@ -186,6 +186,7 @@ def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], L
         loaded = load(path, device, getattr(args, "prompt_format", "template"))
         mcfg = cfg if args.sigma is not None or loaded.sigma is None else dataclasses.replace(cfg, sigma=loaded.sigma)
         try:
+            check_sampling_fits(loaded.network, mcfg.sampler_config(0), mcfg.batch_size, device)
             results[label] = diagnose_model(loaded.network, loaded.encoder, loaded.tokenizer, problems, mcfg, task,
                                             device, loaded.max_prompt_len, progress=not args.no_progress)
         except ValueError as exc:
@@ -195,7 +196,7 @@ def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], L
     out = Path(args.out)
     doc = {"settings": settings, "models": results, "early_stop_table": early_table(results),
            "exit_rule_table": exit_table(results)}
-    atomic_write_text(out / "diagnostics.json", json.dumps(doc, indent=1) + "\n")
+    atomic_write_text(out / "diagnostics.json", dumps(doc, indent=1) + "\n")
     atomic_write(out / "diagnostics.png", lambda p: plot_diagnostics(results, p, cfg.early_nfe))
     print(doc["early_stop_table"])
     if doc["exit_rule_table"]:

@@ -6,10 +6,15 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from elfreg.sampling.config import SamplerConfig
+from elfreg.bounds import SEED, Range
+from elfreg.sampling.config import BATCH, NFE, SamplerConfig
 from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule
 
 STATE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Points of a path (the full-span sampler's N, bounded alike); the read-outs are NFE values on it
+STEPS = Range(3, NFE.hi, integer=True, why="points of the master path")
+READOUT = Range(2, NFE.hi, integer=True)
+ACCEL_STEPS = Range(0, NFE.hi, integer=True, why="0 skips the acceleration path")
 
 
 def _int_list(name: str, values) -> tuple[int, ...]:
@@ -51,15 +56,16 @@ class DiagnoseConfig:
                                                       # nfe and rho = steps / exit_max_nfe (the same path)
 
     def __post_init__(self) -> None:
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 3:
-            raise ValueError(f"steps: need an integer M >= 3, got {self.steps!r}")
+        STEPS.check(self.steps, "steps")
         readouts = _int_list("readouts", self.readouts)
         bad = [n for n in readouts if not 2 <= n <= self.steps]
         if bad:
             raise ValueError(f"readouts: NFE values must lie in [2, steps = {self.steps}], got {bad}")
         object.__setattr__(self, "readouts", tuple(sorted(set(readouts) | {self.steps})))
         seeds = _int_list("seeds", self.seeds)
-        if any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        for s in seeds:
+            SEED.check(s, "seeds")
+        if len(set(seeds)) != len(seeds):
             raise ValueError(f"seeds: need distinct integers >= 0, got {list(seeds)}")
         object.__setattr__(self, "seeds", seeds)
         if self.early_nfe not in self.readouts:
@@ -77,12 +83,12 @@ class DiagnoseConfig:
             self.exit_rule()   # validates, errors naming exit_check_every / exit_patience / exit_min_nfe
             # fixed early-stop at the rule's max_nfe is read out too: both are compared on the same path
             object.__setattr__(self, "readouts", tuple(sorted(set(self.readouts) | {top})))
+        ACCEL_STEPS.check(self.accel_steps, "accel_steps")
         if self.accel_steps != 0 and self.accel_steps < 3:
             raise ValueError(f"accel_steps: need 0 (skip) or >= 3, got {self.accel_steps!r}")
         if self.state_dtype not in STATE_DTYPES:
             raise ValueError(f"state_dtype: choose one of {', '.join(STATE_DTYPES)}, got {self.state_dtype!r}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size: need >= 1, got {self.batch_size!r}")
+        BATCH.check(self.batch_size, "batch_size")
         self.sampler_config(0)   # validates w, sigma, t_eps, p_std
 
     def exit_rule(self) -> ExitRule | None:

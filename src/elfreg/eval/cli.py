@@ -6,13 +6,18 @@ import argparse
 import logging
 import sys
 
+from ..bounds import INT64_MAX, Range
 from ..cliargs import error_line, input_file, output_dir
 from ..sandbox import ISOLATION_CHOICES, IsolationUnavailable, Sandbox, SandboxConfig
 from .completions import FIELDS, CompletionsError, read_completions
 from .datasets import default_registry
 from .protocol import parse_ks, validate_ks
 from .report import markdown_table, write_reports
-from .scoring import ScoreOptions, score_completions
+from .scoring import ScoreOptions, score_completions, workers_range
+
+# Memory limit of each tested program (RLIMIT_AS): a Python interpreter running its tests needs ~30 MB of address
+# space (a trivial HumanEval-style program passed at 32 MiB), and the limit is a 64-bit byte count.
+MEMORY_GB = Range(1 / 16, INT64_MAX >> 30, unit="GiB")
 
 
 from ..fingerprint import add_restart_argument  # noqa: E402
@@ -32,12 +37,12 @@ def register(subparsers) -> argparse.ArgumentParser:
                     help="benchmark file (default: the copy shipped with elfreg)")
     sc.add_argument("--out", required=True, type=output_dir,
                     help="output folder: results.jsonl, summary.json, summary.md (resumed when it exists)")
-    sc.add_argument("--workers", type=int, default=2, help="programs scored at once (code benchmarks)")
+    sc.add_argument("--workers", type=workers_range().arg, default=2, help="programs scored at once (code benchmarks)")
     sc.add_argument("--isolation", default="auto", choices=list(ISOLATION_CHOICES),
                     help="zygote: bwrap fork server per worker (fast; root); bwrap: fresh interpreter per "
                          "program under bwrap; auto: the first of these that works, else refuse; none: opt out "
                          "of isolation (rlimits only; reports say UNISOLATED)")
-    sc.add_argument("--memory-gb", type=float, default=4.0, help="memory limit of each tested program, GiB")
+    sc.add_argument("--memory-gb", type=MEMORY_GB.arg, default=4.0, help="memory limit of each tested program, GiB")
     add_code_scoring_arguments(sc)
     sc.add_argument("--cache-dir", default=None, type=output_dir,
                     help="expected-output cache (default ~/.cache/elfreg/eval)")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
 from dataclasses import asdict
 from pathlib import Path
+
+from ..jsontext import dumps
 
 from .benchmark import Benchmark
 from .codeprep import ALIAS_MODES
@@ -170,7 +171,7 @@ def write_reports(summary: dict, out_dir: str | Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     md = combined_markdown(summary) if "runs" in summary else markdown_table(summary)
-    for name, text in (("summary.json", json.dumps(summary, indent=2)), ("summary.md", md)):
+    for name, text in (("summary.json", dumps(summary, indent=2)), ("summary.md", md)):
         tmp = out / (name + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, out / name)

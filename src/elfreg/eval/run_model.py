@@ -15,8 +15,10 @@ import json
 from pathlib import Path
 
 from elfreg.atomic import atomic_write_text
+from elfreg.bounds import COUNT
 from elfreg.cliargs import input_file, model_ref, output_dir
 from elfreg.fingerprint import FOLDER_FILE, add_restart_argument, claim, file_digest, model_identity, move_aside
+from elfreg.resources import check_fits, sampler_grid_need
 from elfreg.sampling.answers import answer_for
 from elfreg.sampling.exit import nfe_summary
 
@@ -25,7 +27,7 @@ from .datasets import default_registry
 from .completions import Completion
 from .protocol import parse_ks, protocol_names, resolve_runs
 from .report import combined_markdown, markdown_table, write_reports
-from .scoring import ScoreOptions, score_completions
+from .scoring import TEXT_LIMIT, TIME_RULE_RANGES, ScoreOptions, score_completions, workers_range
 
 # The inference guidance scale by benchmark kind: GSM8K 3, MATH and code 2 (spec §5); multiple choice (MMLU) 2,
 # a choice (the seeds give none; protocol.SRC["mmlu_w"]).
@@ -35,16 +37,16 @@ W_TASK = {"gsm8k": "gsm8k", "math": "math", "code": "code", "choice": "mmlu", "e
 def add_code_scoring_arguments(p: argparse.ArgumentParser) -> None:
     """Scoring flags shared by `eval score` and `eval run`: the per-sample text limit, the code time rule and the
     helper-tolerant alias column."""
-    p.add_argument("--text-limit", type=float, default=ScoreOptions.text_limit_s,
+    p.add_argument("--text-limit", type=TEXT_LIMIT.arg, default=ScoreOptions.text_limit_s,
                    help="seconds of answer extraction, math-verify and code preparation per sample, at most; a "
                         f"sample past it is scored wrong (default {ScoreOptions.text_limit_s:g})")
-    p.add_argument("--min-time", type=float, default=TimeRule.min_time_s,
+    p.add_argument("--min-time", type=TIME_RULE_RANGES["min_time_s"].arg, default=TimeRule.min_time_s,
                    help=f"per-test time floor in seconds (default {TimeRule.min_time_s:g}: elfreg's deliberate "
                         "choice, docs/evaluation.md 'Time limits'; EvalPlus 0.3.1's floor is 1.0 "
                         "(DEFAULT_MIN_TIME_LIMIT): --min-time 1 gives its verdicts)")
-    p.add_argument("--time-factor", type=float, default=TimeRule.factor,
+    p.add_argument("--time-factor", type=TIME_RULE_RANGES["factor"].arg, default=TimeRule.factor,
                    help="limit = max(min-time, time-factor x the reference solution's time) (EvalPlus: 4)")
-    p.add_argument("--sample-cap", type=float, default=TimeRule.sample_cap_s,
+    p.add_argument("--sample-cap", type=TIME_RULE_RANGES["sample_cap_s"].arg, default=TimeRule.sample_cap_s,
                    help="seconds per sample and test set, at most")
     p.add_argument("--alias-helpers", action="store_true",
                    help="also score elfreg's helper-tolerant alias reading (a helper + the solution is aliased) in "
@@ -119,8 +121,8 @@ def register_run(sub) -> None:
                    help="benchmark file (default: the copy shipped with elfreg)")
     p.add_argument("--out", required=True, type=output_dir,
                    help="run folder: prompts, generations, samples, results, summary (resumed when it exists)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N problems (reported as a subset)")
-    p.add_argument("--workers", type=int, default=2, help="scoring workers")
+    p.add_argument("--limit", type=COUNT.arg, default=None, help="only the first N problems (reported as a subset)")
+    p.add_argument("--workers", type=workers_range().arg, default=2, help="scoring workers")
     p.add_argument("--isolation", default="auto", choices=list(ISOLATION_CHOICES),
                    help="code sandbox, as eval score's --isolation")
     p.add_argument("--protocol", default="none",
@@ -284,8 +286,8 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
 
     One sampling run writes its files into ``--out``; a protocol entry with several runs (MATH-500 under "paper")
     writes each into ``--out/<label>`` and a combined summary.json / summary.md into ``--out``."""
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit: need >= 1, got {args.limit}")
+    if args.limit is not None:
+        COUNT.check(args.limit, "--limit")
     from elfreg.sampling.config import task_w
 
     registry = default_registry()
@@ -294,7 +296,8 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     runs = resolve_runs(args.protocol, args.benchmark,
                         {k: getattr(args, k, None) for k in ("sampler", "nfe", "rho", "samples", "w", "task")}
                         | {"ks": parse_ks(args.k) if args.k is not None else None})
-    ScoreOptions(time_rule=time_rule(args), text_limit_s=args.text_limit)  # bad limits fail before any work
+    # bad limits fail before any work
+    ScoreOptions(workers=args.workers, time_rule=time_rule(args), text_limit_s=args.text_limit)
     bench = registry.load(args.benchmark, args.data)
     for i, resolved in enumerate(runs):
         if resolved.values["w"] is None:  # a w preset by name (--task, else the benchmark kind's): record the number
@@ -307,7 +310,8 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     from elfreg.sampling.cli import sampler_config_from_args
 
     for resolved in runs:
-        sampler_config_from_args(argparse.Namespace(**{**vars(args), **resolved.values}))
+        cfg = sampler_config_from_args(argparse.Namespace(**{**vars(args), **resolved.values}))
+        check_fits(sampler_grid_need(cfg, args.batch_size))   # the grids live on the CPU: known before loading
     out = Path(args.out)
     # Before any generation, and before --out is touched: code scoring refuses to run without isolation
     # (unless --isolation none).

@@ -13,7 +13,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from ..bounds import DAY_S, Range, check_ranges
 from ..fingerprint import folder_key, row_ok, sign_row
+from ..jsontext import dumps
+from ..resources import usable_cpus
 from ..sampling.results_io import repair_truncated_tail
 from ..sandbox import Sandbox, SandboxError
 from ..sandbox.codecheck import TimeRule, run_io, run_tests
@@ -27,6 +30,22 @@ from .mathcheck import verify_answer
 from .textpool import Outcome, TextPool
 
 log = logging.getLogger(__name__)
+
+# Seconds of text work per sample (answer extraction, math-verify, code preparation): MATH-500's slowest gold answer
+# takes 0.3 s of a 2-core machine's time, and 1.7 s when it is loaded 8 times over (benchmarks/bench_gold_text_time.py),
+# so under 1 s correct answers fail on timing alone; past a day a limit is a hang, not a limit.
+TEXT_LIMIT = Range(1, DAY_S, unit="s")
+# The code time rule (elfreg.sandbox.codecheck.TimeRule): limit = max(min_time, factor x the reference solution's
+# time), each test set capped. A floor under 0.1 s is within a busy scheduler's time slices; a factor under 1 times
+# out the reference solution itself.
+TIME_RULE_RANGES = {"min_time_s": Range(0.1, DAY_S, unit="s"), "factor": Range(1, 1000),
+                    "sample_cap_s": Range(0.1, DAY_S, unit="s")}
+
+
+def workers_range() -> Range:
+    """Scoring workers: at most one per CPU this process may use (at least 2, the default); more only share the
+    CPUs, and the tested programs' limits are wall-clock."""
+    return Range(1, max(2, usable_cpus()), integer=True, why="one per usable CPU")
 
 
 @dataclass
@@ -50,10 +69,14 @@ class ScoreOptions:
         return tuple(m for m in ALIAS_MODES if m != "alias_helpers" or self.alias_helpers)
 
     def __post_init__(self) -> None:
-        if self.workers < 1:
-            raise ValueError(f"ScoreOptions.workers must be >= 1, got {self.workers}")
-        if not self.text_limit_s > 0:
-            raise ValueError(f"ScoreOptions.text_limit_s must be > 0, got {self.text_limit_s}")
+        workers_range().check(self.workers, "ScoreOptions.workers")
+        TEXT_LIMIT.check(self.text_limit_s, "ScoreOptions.text_limit_s")
+        Range(1, DAY_S, integer=True, unit="s").check(self.math_timeout_s, "ScoreOptions.math_timeout_s")
+        rule = self.time_rule
+        check_ranges(rule, TIME_RULE_RANGES, "ScoreOptions.time_rule.")
+        if rule.sample_cap_s < rule.min_time_s:
+            raise ValueError(f"ScoreOptions.time_rule.sample_cap_s: {rule.sample_cap_s:g} s is below min_time_s "
+                             f"{rule.min_time_s:g} s: every test set would be cut before its own floor")
         if self.ks is not None:
             from .protocol import validate_ks
 
@@ -110,7 +133,7 @@ class ResultsFile:
             row = sign_row(row, self.key)
         self.rows[(row["task_id"], row["sample"])] = row
         if self._fd is not None:
-            os.write(self._fd, (json.dumps(row) + "\n").encode("utf-8"))
+            os.write(self._fd, (dumps(row) + "\n").encode("utf-8"))
 
     def close(self) -> None:
         if self._fd is not None:

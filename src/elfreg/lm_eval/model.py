@@ -34,7 +34,8 @@ from tqdm import tqdm
 
 from elfreg.data.templates import format_prompt
 from elfreg.sampling.answers import answer_for
-from elfreg.sampling.config import SamplerConfig, w_for_task
+from elfreg.resources import check_fits, sampler_grid_need
+from elfreg.sampling.config import BATCH, SamplerConfig, w_for_task
 from elfreg.sampling.decode import detokenize
 from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
 from elfreg.sampling.pipeline import GenerationPipeline, prompt_limit
@@ -68,7 +69,7 @@ def _as(kind: type, name: str, value: Any) -> Any:
         if kind is int and (isinstance(value, bool) or float(value) != int(float(value))):
             raise ValueError(value)
         return kind(int(float(value))) if kind is int else kind(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):   # OverflowError: "1e400" for an int
         raise ValueError(f"model_args {name}: expected {kind.__name__}, got {value!r}") from None
 
 
@@ -100,9 +101,7 @@ class ElfLM(LM):
             raise ValueError("model_args pretrained: an elfreg model folder or hub id is required")
         if batch_size is None or str(batch_size).startswith("auto"):
             raise ValueError(f"batch_size: elfreg needs an integer batch size, got {batch_size!r}")
-        self.batch_size = _as(int, "batch_size", batch_size)
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size: need >= 1, got {self.batch_size}")
+        self.batch_size = BATCH.check(_as(int, "batch_size", batch_size), "batch_size")
         self.prompt_format = _choice("prompt_format", prompt_format, PROMPT_FORMATS)
         self.long_requests = _choice("long_requests", long_requests, LONG_REQUESTS)
         w = _as(float, "w", w)
@@ -116,6 +115,7 @@ class ElfLM(LM):
                             patience=_as(int, "patience", patience), min_nfe=_as(int, "min_nfe", min_nfe),
                             extract=str(extract) if extract is not None else answer_for(str(task) if task else None),
                             **({} if sigma is None else {"sigma": _as(float, "sigma", sigma)}))
+        check_fits(sampler_grid_need(cfg, self.batch_size, "rho, nfe or batch_size"))   # before loading
         self._rank, self._world_size = self._init_distributed()
         self._device = self._pick_device(device)
         self.model = self._load(pretrained, revision)

@@ -141,10 +141,13 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
+FREQ_DIM = 256   # sinusoidal features of a ScalarEmbedder (t, w)
+
+
 class ScalarEmbedder(nn.Module):
     """Sinusoidal features of a raw scalar (t in [0,1] or w, not scaled by 1000) through a 2-layer SiLU MLP."""
 
-    def __init__(self, width: int, freq_dim: int = 256, max_period: float = 10_000.0) -> None:
+    def __init__(self, width: int, freq_dim: int = FREQ_DIM, max_period: float = 10_000.0) -> None:
         super().__init__()
         self.freq_dim = freq_dim
         self.max_period = max_period

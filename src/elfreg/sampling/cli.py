@@ -13,8 +13,10 @@ import torch
 
 from elfreg.cliargs import device, error_line, input_file, model_ref, output_file
 from elfreg.fingerprint import add_restart_argument
+from elfreg.resources import check_fits, sampler_grid_need
 from elfreg.sampling.answers import EXTRACTORS, TASK_EXTRACTORS, answer_for
-from elfreg.sampling.config import GRIDS, SAMPLERS, W_PRESETS, SamplerConfig, task_w
+from elfreg.sampling.config import (BATCH, EXIT_RANGES, GRIDS, SAMPLER_RANGES, SAMPLERS, SAMPLES, W_PRESETS,
+                                    SamplerConfig, task_w)
 from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.results_io import read_records
@@ -52,30 +54,35 @@ def register(subparsers: Any) -> None:
 def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
     """Sampler and batching flags shared by `elfreg generate` and `elfreg eval run`."""
     p.add_argument("--sampler", default="early-stop", help=f"one of {', '.join(SAMPLERS)}")
-    p.add_argument("--nfe", type=int, default=64, help="N: network calls per sample (N-1 denoiser + 1 decoder); "
-                                                        "adaptive: the most a sample may spend (max_nfe)")
-    p.add_argument("--rho", type=int, default=8, help="early-stop / renoise master grid ratio (M = rho*N)")
+    p.add_argument("--nfe", type=SAMPLER_RANGES["nfe"].arg, default=64,
+                   help="N: network calls per sample (N-1 denoiser + 1 decoder); adaptive: the most a sample may "
+                        "spend (max_nfe)")
+    p.add_argument("--rho", type=SAMPLER_RANGES["rho"].arg, default=8,
+                   help="early-stop / renoise master grid ratio (M = rho*N)")
     p.add_argument("--grid", default="logit-normal", help=f"one of {', '.join(GRIDS)}")
-    p.add_argument("--p", type=float, default=0.5, help="renoise grid power")
-    p.add_argument("--eta", type=float, default=1.2, help="renoise noise multiplier")
-    p.add_argument("--w", type=float, default=None, help="guidance scale w (default: --task preset, else 3)")
+    p.add_argument("--p", type=SAMPLER_RANGES["p"].arg, default=0.5, help="renoise grid power")
+    p.add_argument("--eta", type=SAMPLER_RANGES["eta"].arg, default=1.2, help="renoise noise multiplier")
+    p.add_argument("--w", type=SAMPLER_RANGES["w"].arg, default=None,
+                   help="guidance scale w (default: --task preset, else 3)")
     p.add_argument("--task", default=None, choices=TASKS, metavar="TASK",
                    help=f"one of {', '.join(TASKS)}: its w preset ({_presets_text()}; else {SamplerConfig.w:g}) "
                         "and its answer extractor (--extract)")
-    p.add_argument("--sigma", type=float, default=None, help="noise scale of y_0 (default: the model's training sigma)")
+    p.add_argument("--sigma", type=SAMPLER_RANGES["sigma"].arg, default=None,
+                   help="noise scale of y_0 (default: the model's training sigma)")
     p.add_argument("--drop-reg", action="store_true", help="ablation: omit the REG token at inference")
-    p.add_argument("--check-every", type=int, default=DEFAULT_EXIT["check_every"],
+    p.add_argument("--check-every", type=EXIT_RANGES["check_every"].arg, default=DEFAULT_EXIT["check_every"],
                    help="adaptive: decode and check the answer every this many denoiser calls (each check is 1 NFE)")
-    p.add_argument("--patience", type=int, default=DEFAULT_EXIT["patience"],
+    p.add_argument("--patience", type=EXIT_RANGES["patience"].arg, default=DEFAULT_EXIT["patience"],
                    help="adaptive: stop once the answer repeated at this many consecutive checks")
-    p.add_argument("--min-nfe", type=int, default=DEFAULT_EXIT["min_nfe"],
+    p.add_argument("--min-nfe", type=EXIT_RANGES["min_nfe"].arg, default=DEFAULT_EXIT["min_nfe"],
                    help="adaptive: stop no earlier than this many NFE")
     p.add_argument("--extract", default=None,
                    help=f"adaptive: answer the rule compares, one of {', '.join(EXTRACTORS)} (default: the task's, "
                         "else the whole response text)")
-    p.add_argument("--samples", type=int, default=1, help="samples per prompt")
-    p.add_argument("--seed", type=int, default=0, help="generation seed; sample noise = f(seed, prompt, sample)")
-    p.add_argument("--batch-size", type=int, default=16, help="rows per network call")
+    p.add_argument("--samples", type=SAMPLES.arg, default=1, help="samples per prompt")
+    p.add_argument("--seed", type=SAMPLER_RANGES["seed"].arg, default=0,
+                   help="generation seed; sample noise = f(seed, prompt, sample)")
+    p.add_argument("--batch-size", type=BATCH.arg, default=16, help="rows per network call")
     p.add_argument("--device", default=None, type=device, help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--prompt-format", default="template", choices=PROMPT_FORMATS,
@@ -139,11 +146,10 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
     """Run `elfreg generate`; returns an exit code (2 for bad input, found before any generation)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     try:
-        if args.samples < 1:
-            raise ValueError(f"--samples: need >= 1, got {args.samples}")
-        if args.batch_size < 1:
-            raise ValueError(f"--batch-size: need >= 1, got {args.batch_size}")
+        SAMPLES.check(args.samples, "--samples")
+        BATCH.check(args.batch_size, "--batch-size")
         cfg = sampler_config_from_args(args)
+        check_fits(sampler_grid_need(cfg, args.batch_size))   # the grids live on the CPU: known before loading
         prompts = read_prompts(args.prompts, args.prompt_field)
         if int(os.environ.get("RANK", "0")) == 0:  # before loading: an --out made with other settings is refused
             claim_results_file(args, cfg)

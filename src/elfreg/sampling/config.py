@@ -5,11 +5,30 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from elfreg.bounds import SEED, Range, check_ranges
+from elfreg.config import GUIDANCE, LOGIT_MEAN, LOGIT_STD, SIGMA
 from elfreg.sampling.answers import extractor
 from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule
 
 SAMPLERS = ("full-span", "early-stop", "renoise", "adaptive")
 GRIDS = ("logit-normal", "uniform")
+
+# Network calls per sample: sanity bound 2^16 (128x the paper's largest path, 512 points); a master grid of rho * N
+# points larger than memory allows is the memory estimate's refusal (elfreg.resources.sampler_grid_need).
+NFE = Range(2, 2 ** 16, integer=True, why="N - 1 denoiser calls + 1 decoder call")
+SAMPLER_RANGES = {
+    "nfe": NFE, "rho": Range(1, 2 ** 16, integer=True, why="master grid of rho * N points"),
+    "p": Range(0, 100, lo_open=True, why="re-noising grid power"),
+    "eta": Range(0, 100, why="re-noising noise multiplier"), "w": GUIDANCE, "sigma": SIGMA,
+    "t_eps": Range(0, 1, lo_open=True), "p_mean": LOGIT_MEAN, "p_std": LOGIT_STD, "seed": SEED,
+}
+# Samples per prompt (pass@k needs k of them; the paper's largest k is 16) and rows per network call: sanity bounds;
+# what a batch needs in memory is the memory estimate's call.
+SAMPLES = Range(1, 2 ** 16, integer=True)
+BATCH = Range(1, 2 ** 16, integer=True)
+# The adaptive exit rule's counts, as flags (ExitRule.checked relates them to the budget)
+EXIT_RANGES = {"check_every": Range(1, NFE.hi, integer=True), "patience": Range(1, NFE.hi, integer=True),
+               "min_nfe": Range(0, NFE.hi, integer=True)}
 
 # Inference self-conditioning guidance scale w per task (spec §5): 3 for GSM8K, 2 for code and MATH. MMLU: the
 # sources are silent; 2 is elfreg's choice (docs/evaluation.md), the same in `generate --task mmlu` and `eval run`.
@@ -45,22 +64,7 @@ class SamplerConfig:
             raise ValueError(f"sampler: unknown sampler {self.sampler!r}; choose one of {', '.join(SAMPLERS)}")
         if self.grid not in GRIDS:
             raise ValueError(f"grid: unknown grid {self.grid!r}; choose one of {', '.join(GRIDS)}")
-        if isinstance(self.nfe, bool) or not isinstance(self.nfe, int) or self.nfe < 2:
-            raise ValueError(f"nfe: need an integer N >= 2 (N - 1 denoiser calls + 1 decoder call), got {self.nfe!r}")
-        if isinstance(self.rho, bool) or not isinstance(self.rho, int) or self.rho < 1:
-            raise ValueError(f"rho: need an integer rho >= 1 (master grid of rho * N points), got {self.rho!r}")
-        if not self.p > 0:
-            raise ValueError(f"p: the re-noising grid power must be > 0, got {self.p!r}")
-        if not self.eta >= 0:
-            raise ValueError(f"eta: the re-noising noise multiplier must be >= 0, got {self.eta!r}")
-        if not self.sigma > 0:
-            raise ValueError(f"sigma: must be > 0, got {self.sigma!r}")
-        if not 0 < self.t_eps <= 1:
-            raise ValueError(f"t_eps: must be in (0, 1], got {self.t_eps!r}")
-        if not self.p_std > 0:
-            raise ValueError(f"p_std: must be > 0, got {self.p_std!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed: need an integer >= 0, got {self.seed!r}")
+        check_ranges(self, SAMPLER_RANGES)
         extractor(self.extract)
         ExitRule.checked(self.check_every, self.patience, self.min_nfe, self.nfe, max_name="nfe",
                          need_fire=self.sampler == "adaptive")

@@ -19,6 +19,8 @@ from typing import Any, Callable, Hashable, Sequence
 
 import torch
 
+from elfreg.bounds import INT64_MAX
+
 # Defaults of the rule; the measurement behind them is in docs/sampling.md ("Adaptive exit").
 DEFAULT_EXIT: dict[str, int] = {"check_every": 2, "patience": 2, "min_nfe": 0}
 
@@ -54,7 +56,7 @@ class ExitRule:
         record the settings but do not use them).
         """
         def bad(v: Any, low: int) -> bool:
-            return isinstance(v, bool) or not isinstance(v, int) or v < low
+            return isinstance(v, bool) or not isinstance(v, int) or not low <= v <= INT64_MAX
 
         if bad(check_every, 1):
             raise ValueError(f"{prefix}check_every: need an integer >= 1 (denoiser calls between answer checks), "

@@ -42,6 +42,20 @@ class PromptEncoder(Protocol):
     def encode_prompts(self, prompts: list[str]) -> Any: ...
 
 
+def check_sampling_fits(network: StudentLike, cfg: SamplerConfig, batch_size: int, device: torch.device,
+                        row_by_row: bool = True) -> None:
+    """DoesNotFit (a ValueError naming the settings) when sampling ``batch_size`` rows cannot fit in memory: the
+    master grids, and for an ElfStudent its states and forward pass (elfreg.resources; the student is loaded)."""
+    from elfreg.config import ModelConfig
+    from elfreg.resources import check_fits, inference_need, sampler_grid_need
+
+    needs = [sampler_grid_need(cfg, batch_size)]
+    config = getattr(network, "config", None)
+    if isinstance(config, ModelConfig):
+        needs.append(inference_need(config, batch_size, str(device), row_by_row=row_by_row))
+    check_fits(*needs)
+
+
 def prompt_limit(canvas_len: int, max_prompt_len: int | None) -> int:
     """The most prompt tokens a canvas takes: ``max_prompt_len``, and at least one response position."""
     return canvas_len - 1 if max_prompt_len is None else min(max_prompt_len, canvas_len - 1)
@@ -89,6 +103,7 @@ class GenerationPipeline:
         self.canvas_len = int(network.config.max_len)
         self.device = next((p.device for p in getattr(network, "parameters", lambda: iter(()))()),
                            torch.device("cpu"))
+        check_sampling_fits(network, cfg, batch_size, self.device, batch_invariant)
 
     def validate(self, prompts: Sequence[str], source: str = "prompts",
                  line_numbers: Sequence[int] | None = None) -> None:

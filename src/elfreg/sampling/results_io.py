@@ -8,6 +8,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
+from elfreg.jsontext import dumps
+
 Key = tuple[int, int]
 
 
@@ -75,7 +77,7 @@ class AppendWriter:
     def write_batch(self, records: Iterable[dict[str, Any]]) -> None:
         """Append each record as one JSON line, then fsync."""
         for rec in records:
-            line = (json.dumps(rec, ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8")
+            line = (dumps(rec, ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8")
             written = os.write(self.fd, line)
             if written != len(line):  # a short write would leave a partial line: fail loudly
                 raise OSError(f"{self.path}: short write ({written} of {len(line)} bytes)")

@@ -1,11 +1,25 @@
-"""Training (issue 5): run config, Muon/AdamW loop with EMA, checkpoints and resume, DDP/FSDP, feature cache."""
+"""Training (issue 5): run config, Muon/AdamW loop with EMA, checkpoints and resume, DDP/FSDP, feature cache.
 
-from elfreg.train.config import DataConfig, RunConfig, TrainConfig, load_run_config, run_config_from_dict
-from elfreg.train.features import CachedFeatures, standardize_batch
-from elfreg.train.rng import example_generators, example_seed
-from elfreg.train.trainer import Trainer, TrainingDiverged, TrainResult, train
+The names below load on first use: ``python -m elfreg.train`` imports this package before its ``__main__`` can take
+charge of Ctrl-C (elfreg.ctrlc), so the package itself imports nothing heavy (torch).
+"""
 
-__all__ = [
-    "CachedFeatures", "DataConfig", "RunConfig", "TrainConfig", "TrainResult", "Trainer", "TrainingDiverged",
-    "example_generators", "example_seed", "load_run_config", "run_config_from_dict", "standardize_batch", "train",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOMES = {
+    "DataConfig": "config", "RunConfig": "config", "TrainConfig": "config", "load_run_config": "config",
+    "run_config_from_dict": "config", "CachedFeatures": "features", "standardize_batch": "features",
+    "example_generators": "rng", "example_seed": "rng", "Trainer": "trainer", "TrainingDiverged": "trainer",
+    "TrainResult": "trainer", "train": "trainer",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'elfreg.train' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"elfreg.train.{_HOMES[name]}"), name)

@@ -2,6 +2,6 @@
 
 import sys
 
-from elfreg.train.cli import main
+from elfreg.console import guarded
 
-sys.exit(main())
+sys.exit(guarded("python -m elfreg.train", "elfreg.train.cli:main"))

@@ -84,14 +84,31 @@ def register(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m elfreg.train``: the ``train`` command alone."""
+    """``python -m elfreg.train``: the ``train`` command alone (one line and exit code 130 on Ctrl-C, whenever it
+    comes: elfreg.ctrlc)."""
     from elfreg.cli import INTERRUPTED
+    from elfreg.ctrlc import CtrlC
 
-    parser = argparse.ArgumentParser(prog="python -m elfreg.train")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except KeyboardInterrupt:
-        print(f"python -m elfreg.train: interrupted; {INTERRUPTED['train'].format(out=args.output)}", file=sys.stderr)
-        return 130
+    prog = "python -m elfreg.train"
+    parsed: list[argparse.Namespace] = []
+
+    def interrupted() -> str:
+        if not parsed:
+            return f"{prog}: interrupted before it started; nothing was written"
+        return f"{prog}: interrupted; {INTERRUPTED['train'].format(out=parsed[0].output)}"
+
+    with CtrlC(interrupted) as ctrl:
+        parser = argparse.ArgumentParser(prog=prog)
+        add_arguments(parser)
+        parsed.append(parser.parse_args(argv))
+        ctrl.working = True
+        try:
+            return run(parsed[0])
+        except KeyboardInterrupt:
+            print(interrupted(), file=sys.stderr)
+            return 130
+        except Exception:
+            if not ctrl.seen:
+                raise
+            print(interrupted(), file=sys.stderr)
+            return 130

@@ -10,8 +10,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from elfreg.bounds import COUNT, SEED, Range, check_ranges
 from elfreg.config import MODEL_PRESETS, BackboneConfig, ElfRegConfig, ModelConfig, ObjectiveConfig
 from elfreg.configtools import ConfigError, apply_overrides, check, from_dict, load_yaml
+
+UNIT = Range(0, 1)
+BETA = Range(0, 1, hi_open=True)
+EPOCHS = Range(0, 1e6, lo_open=True)
+# Rows per micro-step and canvases for the statistics: sanity bounds; what a micro-batch needs in memory is the
+# memory estimate's call (elfreg.resources.training_need)
+ROWS = Range(1, 2 ** 24, integer=True)
+TRAIN_RANGES = {
+    "seed": SEED, "steps": COUNT, "epochs": EPOCHS, "batch_size": ROWS, "grad_accum": Range(1, 2 ** 16, integer=True),
+    "lr": Range(0, 10, lo_open=True), "warmup_steps": Range(0, None, integer=True), "warmup_epochs": Range(0, 1e6),
+    "min_lr_ratio": UNIT, "decay_fraction": Range(0, 1, lo_open=True), "clip_grad": Range(0, 1e6),
+    "ema_decay": BETA, "muon_momentum": BETA, "muon_lr": Range(0, 10, lo_open=True), "adam_beta1": BETA,
+    "adam_beta2": BETA, "adam_eps": Range(0, 1, lo_open=True), "weight_decay": Range(0, 10), "log_every": COUNT,
+    "save_every": COUNT, "keep_last": COUNT, "stats_canvases": ROWS,
+}
 from elfreg.data import CanvasConfig, SourceSpec
 
 
@@ -85,40 +101,23 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "grad_accum", "log_every", "save_every", "keep_last", "stats_canvases"):
-            check(getattr(self, name) >= 1, f"train.{name}", f"must be >= 1, got {getattr(self, name)}")
+        check_ranges(self, TRAIN_RANGES, "train.")
         check(self.steps is None or self.epochs is None, "train.epochs",
               f"train.steps ({self.steps}) and train.epochs ({self.epochs}) are both set; give the run's length "
               "once (set the other to null)")
-        check(self.steps is None or self.steps >= 1, "train.steps", f"must be >= 1 or null, got {self.steps}")
-        check(self.epochs is None or self.epochs > 0, "train.epochs", f"must be > 0 or null, got {self.epochs}")
         check(self.warmup_steps is None or self.warmup_epochs is None, "train.warmup_epochs",
               f"train.warmup_steps ({self.warmup_steps}) and train.warmup_epochs ({self.warmup_epochs}) are both "
               "set; give the warm-up once (set the other to null)")
-        check(self.warmup_epochs is None or self.warmup_epochs >= 0, "train.warmup_epochs", "must be >= 0 or null")
         for e in self.keep_epochs:
-            check(isinstance(e, (int, float)) and e > 0, "train.keep_epochs", f"epochs must be > 0, got {e!r}")
+            EPOCHS.check(e, "train.keep_epochs")
             if self.epochs is not None:  # with train.steps the plan checks it (it needs the row count)
                 check(e <= self.epochs, "train.keep_epochs", f"epoch {e:g} is beyond the run's train.epochs = "
                                                             f"{self.epochs:g}")
         check(self.stats_positions in ("response", "unpadded"), "train.stats_positions",
               f"unknown {self.stats_positions!r}; choose 'unpadded' or 'response'")
-        check(self.lr > 0, "train.lr", "must be positive")
         check(self.lr_schedule in ("constant", "cosine", "linear"), "train.lr_schedule",
               f"unknown {self.lr_schedule!r}; choose constant, cosine or linear")
-        check(0.0 <= self.min_lr_ratio <= 1.0, "train.min_lr_ratio", f"must lie in [0, 1], got {self.min_lr_ratio}")
-        check(0.0 < self.decay_fraction <= 1.0, "train.decay_fraction",
-              f"must lie in (0, 1], got {self.decay_fraction}")
-        check(self.warmup_steps is None or self.warmup_steps >= 0, "train.warmup_steps", "must be >= 0 or null")
-        check(self.clip_grad >= 0, "train.clip_grad", "must be >= 0 (0 disables clipping)")
-        check(0.0 <= self.ema_decay < 1.0, "train.ema_decay", f"must lie in [0, 1), got {self.ema_decay}")
-        check(0.0 <= self.muon_momentum < 1.0, "train.muon_momentum", "must lie in [0, 1)")
-        check(self.muon_lr is None or self.muon_lr > 0, "train.muon_lr", "must be positive or null")
         check(self.muon_params in ("all", "hidden"), "train.muon_params", f"unknown {self.muon_params!r}")
-        check(0.0 <= self.adam_beta1 < 1.0 and 0.0 <= self.adam_beta2 < 1.0, "train.adam_beta1",
-              "Adam betas must lie in [0, 1)")
-        check(self.adam_eps > 0, "train.adam_eps", "must be positive")
-        check(self.weight_decay >= 0, "train.weight_decay", "must be >= 0")
         check(self.optimizer in ("muon", "adamw"), "train.optimizer", f"unknown {self.optimizer!r}")
         check(self.muon_impl in ("auto", "grouped", "torch", "reference"), "train.muon_impl",
               f"unknown {self.muon_impl!r}")
@@ -146,8 +145,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         check(self.task in ("math", "code", "choice"), "data.task", f"unknown {self.task!r}")
-        check(self.shuffle_buffer >= 1, "data.shuffle_buffer", "must be >= 1")
-        check(self.epochs is None or self.epochs >= 1, "data.epochs", "must be >= 1 or null")
+        check_ranges(self, {"shuffle_buffer": ROWS, "epochs": COUNT}, "data.")
         check(self.features in ("online", "cached"), "data.features", f"unknown {self.features!r}")
         check(self.on_bad_row in ("error", "skip"), "data.on_bad_row", f"unknown {self.on_bad_row!r}")
         for i, spec in enumerate(self.sources):
@@ -182,9 +180,7 @@ class CanvasSection:
 
     def __post_init__(self) -> None:
         check(self.overflow in ("error", "skip"), "canvas.overflow", f"unknown {self.overflow!r}")
-        check(0.0 <= self.max_overflow_fraction <= 1.0, "canvas.max_overflow_fraction",
-              f"must lie in [0, 1], got {self.max_overflow_fraction}")
-        check(self.overflow_check_rows >= 1, "canvas.overflow_check_rows", "must be >= 1")
+        check_ranges(self, {"max_overflow_fraction": UNIT, "overflow_check_rows": COUNT}, "canvas.")
 
 
 @dataclass
@@ -206,11 +202,11 @@ class PaperBudget:
     source: str = ""
 
     def __post_init__(self) -> None:
-        check(self.rows is None or self.rows >= 1, "paper.rows", "must be >= 1")
-        check(self.tokens is None or self.tokens > 0, "paper.tokens", "must be > 0")
+        check_ranges(self, {"rows": COUNT, "tokens": Range(0, None, lo_open=True), "epochs": EPOCHS,
+                            "init_tokens": Range(0, None), "tokens_epochs": EPOCHS, "global_batch": COUNT,
+                            "ema_decay": BETA}, "paper.")
         check(self.init_tokens is None or self.tokens is not None and 0 <= self.init_tokens < self.tokens,
               "paper.init_tokens", "must lie in [0, paper.tokens)")
-        check(self.tokens_epochs is None or self.tokens_epochs > 0, "paper.tokens_epochs", "must be > 0")
         for i, c in enumerate(self.compare):
             check(isinstance(c, dict) and set(c) == {"epoch", "note"} and isinstance(c["epoch"], (int, float))
                   and c["epoch"] > 0 and isinstance(c["note"], str), f"paper.compare[{i}]",

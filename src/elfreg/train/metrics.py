@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from elfreg.jsontext import dumps, finite_or_null
+
 from elfreg.atomic import append_line, atomic_write_text
 
 
@@ -39,7 +41,7 @@ class MetricsLog:
     def log(self, step: int, values: dict) -> None:
         if not self.enabled:
             return
-        append_line(self.path, json.dumps({"step": step, **values}))
+        append_line(self.path, dumps(finite_or_null({"step": step, **values})))  # a log line: null, not NaN
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{values.get('loss', float('nan')):.4f}")
         if self.tb is not None:

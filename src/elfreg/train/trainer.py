@@ -23,8 +23,10 @@ from elfreg.atomic import atomic_write_text
 from elfreg.configtools import ConfigError, dump_yaml, to_dict
 from elfreg.data.templates import prompt_template
 from elfreg.fingerprint import move_aside
-from elfreg.hub import ElfModel
+from elfreg.hub import ElfModel, check_shapes
+from elfreg.jsontext import dumps
 from elfreg.objective import draw, loss_counts
+from elfreg.resources import check_fits, training_need
 from elfreg.stats import FeatureStats
 from elfreg.train import checkpoint as ck
 from elfreg.train.config import RunConfig
@@ -155,6 +157,7 @@ class Trainer:
         if tc.batch_size % world:
             raise ValueError(f"train.batch_size {tc.batch_size} is not divisible by the world size {world}")
         self.per_rank = tc.batch_size // world
+        check_fits(training_need(cfg, str(self.device), world))   # before the backbones: the configured widths
         self.need_teacher = need_teacher(cfg)
         if backbones is None:
             from elfreg.backbones import Backbones
@@ -273,6 +276,7 @@ class Trainer:
 
     def _build_model(self) -> None:
         cfg, tc = self.cfg, self.cfg.train
+        check_fits(training_need(cfg, str(self.device), self.info.world_size))   # the widths the backbones gave
         torch.manual_seed(tc.seed)
         elf = ElfModel.new(cfg.elf_config(), prompt_template=prompt_template(cfg.data.task))  # saved with the model
         ema_init = None
@@ -292,10 +296,10 @@ class Trainer:
             src = ElfModel.from_pretrained(model_dir)
             weights = src.student.state_dict() if tc.init_weights == "ema" else \
                 ck.load_tensors(ckpt / "weights.safetensors")
-            missing, unexpected = elf.student.load_state_dict(weights, strict=False)
-            if missing or unexpected:
-                raise ValueError(f"train.init_from {tc.init_from}: weights do not match the model config "
-                                 f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+            check_shapes({k: tuple(v.shape) for k, v in elf.student.state_dict().items()},
+                         {k: tuple(v.shape) for k, v in weights.items()}, f"train.init_from {tc.init_from}",
+                         "the run's model section")
+            elf.student.load_state_dict(weights)
             elf.x_stats, elf.reg_stats, elf.teacher_stats = src.x_stats, src.reg_stats, src.teacher_stats
             ema_init = {k: v.float() for k, v in src.student.state_dict().items()}
             self.init_optimizer_from = ckpt if tc.init_optimizer == "continue" else None
@@ -552,7 +556,7 @@ class Trainer:
         if info.is_main:
             model_dir = self.output / "model"
             self.elf.save_pretrained(model_dir, ema)
-            atomic_write_text(self.output / "summary.json", json.dumps(summary, indent=2))
+            atomic_write_text(self.output / "summary.json", dumps(summary, indent=2))
         self.check_overflow(summary)
         return TrainResult(step, self.output, model_dir, last_ckpt, history, summary)
 
