@@ -231,3 +231,33 @@ def test_keyrings_are_refused(sb):
             "r = libc.syscall(nr, b'user', b'k', b'v', 1, ctypes.c_int(-4))\nerr = ctypes.get_errno()")
     r = verdict(sb, prog, "assert r == -1 and err == 1, (r, err)")
     assert r.passed, r.detail
+
+
+WRITER = """
+import os
+written = []
+for path in ("/x", "/usr/x", "/root/x", "/etc/x", "/dev/x", "/dev/shm/x", "/proc/x", "/tmp/x", "/sandbox/x"):
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+        written.append(path)
+    except OSError:
+        pass
+with open("/dev/null", "w") as f:
+    f.write("output goes nowhere")
+"""
+
+
+@pytest.mark.parametrize("harness", ["as-is", "pretend-not-root"])
+def test_a_program_writes_only_its_own_tmpfs(monkeypatch, harness):
+    """Not root, the program owns bubblewrap's root tmpfs (no size limit) and its /dev: both are read-only. Here
+    as root, the non-root start (a user namespace, no uid drop, no fork server) is taken by pretending."""
+    if harness == "pretend-not-root":
+        monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    try:
+        sb = Sandbox(SandboxConfig(memory_bytes=1 << 30))
+    except IsolationUnavailable as e:
+        pytest.skip(f"no isolation on this machine: {e}")
+    with sb:
+        r = verdict(sb, WRITER, "assert written == ['/tmp/x', '/sandbox/x'], written")
+    assert r.passed, (sb.isolation.describe(), r.detail)
