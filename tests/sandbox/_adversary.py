@@ -29,7 +29,7 @@ import base64
 import secrets
 
 SCRAPER = r'''
-import base64, ctypes, os, socket, stat, struct
+import base64, ctypes, os, socket, stat, struct, sys
 
 _HALVES = {halves!r}
 _PLANT = {plant!r}
@@ -215,7 +215,10 @@ def _plant():
     needle = _PLANT.encode()
     ok = {{"memory": True, "environment": True}}
     _KEEP.append(needle)
-    fd = os.memfd_create("plant")
+    try:
+        fd = os.memfd_create("plant")
+    except PermissionError:  # refused by the sandbox's seccomp filter: a file it holds open instead
+        fd = os.open(os.path.join(os.path.expanduser("~"), "plant-fd"), os.O_RDWR | os.O_CREAT, 0o600)
     os.write(fd, needle)
     _KEEP.append(fd)
     ok["fds"] = True
@@ -231,7 +234,10 @@ def _plant():
         ctypes.memmove(addr, needle, len(needle))
     pid = os.fork()  # a process whose command line shows it
     if pid == 0:
-        os.execv("/bin/sleep", [_PLANT, "30"])  # argv[0] carries the needle
+        try:  # the interpreter is the one program the sandbox surely has
+            os.execv(sys.executable, [sys.executable, "-S", "-c", "import time; time.sleep(30)", _PLANT])
+        finally:
+            os._exit(1)
     import time
     time.sleep(0.2)
     ok["proc"] = True

@@ -10,7 +10,7 @@ import pytest
 from elfreg.sandbox.inside.codec import encode_text
 from elfreg.eval.benchmark import Problem
 from elfreg.sandbox.codecheck import IOTests, TimeRule, encode_inputs, run_asserts, run_io
-from elfreg.sandbox.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
+from elfreg.sandbox.sandbox import IsolationUnavailable, Sandbox, SandboxConfig, machine_memory
 
 LIMIT = 3.0
 
@@ -188,6 +188,40 @@ def test_config_validation_names_the_field():
         SandboxConfig(nproc=-1)
 
 
+@pytest.mark.parametrize("field, value", [
+    ("memory_bytes", int(1e30 * (1 << 30))),  # --memory-gb 1e30: it said to install bubblewrap (issue 36)
+    ("memory_bytes", 16 << 20),  # too little for an interpreter to start: the same misleading refusal
+    ("memory_bytes", 2 * machine_memory()), ("workdir_bytes", 2 * machine_memory()), ("file_bytes", 0),
+    ("max_result_bytes", 1 << 50), ("nproc", 10 ** 9), ("open_files", 3), ("memory_bytes", 2.5e9),
+    ("memory_bytes", float("nan")), ("nproc", True)])
+def test_limits_out_of_range_are_refused_naming_the_field_and_the_range(field, value):
+    with pytest.raises(ValueError) as e:
+        SandboxConfig(**{field: value})
+    msg = str(e.value)
+    assert msg.startswith(f"SandboxConfig.{field} must be an integer between ") and "\n" not in msg, msg
+    assert "bubblewrap" not in msg
+
+
+def test_the_default_limits_and_the_ends_of_each_range_are_accepted():
+    SandboxConfig()
+    SandboxConfig(memory_bytes=64 << 20, workdir_bytes=1 << 20, file_bytes=1 << 20, max_result_bytes=1 << 20,
+                  nproc=1, open_files=16)
+    SandboxConfig(memory_bytes=machine_memory(), workdir_bytes=machine_memory(), nproc=1 << 15, open_files=1 << 16)
+
+
+def test_the_smallest_memory_limit_runs_a_program_in_every_mode():
+    """64 MiB, the lowest accepted: enough for the interpreter on every path (a lower one made the probe fail and
+    the scorer say bubblewrap was missing)."""
+    for isolation in ("auto", "bwrap", "none"):
+        try:
+            sb = Sandbox(SandboxConfig(memory_bytes=64 << 20, isolation=isolation))
+        except IsolationUnavailable as e:
+            assert "bubblewrap not found" in str(e) or "needs root" in str(e), e
+            continue
+        with sb:
+            assert verdict(sb, "x = [0] * 1000", "assert len(x) == 1000").passed, isolation
+
+
 def test_keyrings_are_refused(sb):
     # The per-uid keyring outlives every process of the uid: one program could leave its code there for the next.
     if os.uname().machine not in ("x86_64", "aarch64"):
@@ -197,3 +231,33 @@ def test_keyrings_are_refused(sb):
             "r = libc.syscall(nr, b'user', b'k', b'v', 1, ctypes.c_int(-4))\nerr = ctypes.get_errno()")
     r = verdict(sb, prog, "assert r == -1 and err == 1, (r, err)")
     assert r.passed, r.detail
+
+
+WRITER = """
+import os
+written = []
+for path in ("/x", "/usr/x", "/root/x", "/etc/x", "/dev/x", "/dev/shm/x", "/proc/x", "/tmp/x", "/sandbox/x"):
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+        written.append(path)
+    except OSError:
+        pass
+with open("/dev/null", "w") as f:
+    f.write("output goes nowhere")
+"""
+
+
+@pytest.mark.parametrize("harness", ["as-is", "pretend-not-root"])
+def test_a_program_writes_only_its_own_tmpfs(monkeypatch, harness):
+    """Not root, the program owns bubblewrap's root tmpfs (no size limit) and its /dev: both are read-only. Here
+    as root, the non-root start (a user namespace, no uid drop, no fork server) is taken by pretending."""
+    if harness == "pretend-not-root":
+        monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    try:
+        sb = Sandbox(SandboxConfig(memory_bytes=1 << 30))
+    except IsolationUnavailable as e:
+        pytest.skip(f"no isolation on this machine: {e}")
+    with sb:
+        r = verdict(sb, WRITER, "assert written == ['/tmp/x', '/sandbox/x'], written")
+    assert r.passed, (sb.isolation.describe(), r.detail)

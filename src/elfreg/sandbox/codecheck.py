@@ -16,8 +16,9 @@
 
 Time is the harness's: a limit runs from the arrival of the previous record (the program's ``ready``, then each
 output) on the harness's clock, and the harness kills the run when it passes; nothing the program reports about
-time is read. Verdicts: ``pass``, ``fail``, ``timeout``, and ``error`` when the program broke the record protocol
-(:mod:`.records`), with a plain-language detail.
+time is read. A program whose processes the kernel killed for want of memory (its memory cgroup, :mod:`.memcg`)
+fails with that reason, whatever it wrote before. Verdicts: ``pass``, ``fail``, ``timeout``, and ``error`` when the
+program broke the record protocol (:mod:`.records`), with a plain-language detail.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ def run_asserts(sandbox: Sandbox, program: str, tests: str, time_limit_s: float)
     """Assert-style tests, the program and the tests in one namespace (the sandbox's probe and the tests'
     yardstick; scoring never uses it: a program sharing a process with its tests can forge a pass)."""
     res = sandbox.run({"mode": "asserts", "program": program, "tests": tests}, deadline_s=time_limit_s)
+    if res.killed:
+        return CheckResult("fail", res.killed)
     if res.stream.passed():
         return CheckResult("pass")
     if res.stream.violation:
@@ -222,6 +225,8 @@ def run_tests(sandbox: Sandbox, program: str, tests, rule: TimeRule) -> CheckRes
     limit = min(rule.limit(tests.ref_time), rule.sample_cap_s)
     stream = OutputStream(tests.tails)
     res = sandbox.run(tests.spec.calls_payload(program, tests.calls_text), deadline_s=limit, stream=stream)
+    if res.killed:
+        return CheckResult("fail", res.killed)
     if stream.violation:
         return _error(stream)
     if stream.stopped:
@@ -318,6 +323,9 @@ def run_io(sandbox: Sandbox, program: str, problem, dataset: str, tests: list[IO
     payload = {"mode": "io", "program": program, "entry_point": problem.entry_point,
                "inputs": "[" + ",".join(s.inputs_text for s in tests if s.inputs_text) + "]"}
     res = sandbox.run(payload, deadline_s=cap, stream=stream)
+    if res.killed:
+        return {s.name: CheckResult("fail", res.killed) if k == 0 else CheckResult("skipped")
+                for k, s in enumerate(tests)}
     if stream.violation:
         return {s.name: _error(stream) for s in tests}
     i = stream.wrong if stream.wrong is not None else len(stream.got)  # the first input not passed

@@ -29,17 +29,19 @@ class ZygoteError(RuntimeError):
 
 
 class Zygote:
-    """One fork server process; ``prefix`` is the bwrap argv (namespaces, mounts, env) to run it under."""
+    """One fork server process; ``prefix`` is the bwrap argv (namespaces, mounts, env) to run it under, ``python``
+    the interpreter's command (``[path, flags...]``)."""
 
-    def __init__(self, prefix: list[str], python: str, workdir_bytes: int, timeout_s: float = 30.0) -> None:
+    def __init__(self, prefix: list[str], python: list[str], workdir_bytes: int, timeout_s: float = 30.0) -> None:
         self.timeout_s = timeout_s
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock = ours
         self._err = tempfile.TemporaryFile()
-        argv = prefix + [python, "-I", "-c", SERVER_SOURCE, "--zygote", str(theirs.fileno()), str(workdir_bytes)]
+        argv = prefix + python + ["-c", SERVER_SOURCE, "--zygote", str(theirs.fileno()), str(workdir_bytes)]
         try:
             # No --die-with-parent: its signal fires when the *thread* that started it exits; instead the
-            # server exits on EOF of the control socket, which the kernel closes when the harness dies.
+            # server exits on EOF of the control socket, which the kernel closes when the harness dies (a child
+            # forked from the harness closes its copy at once: Sandbox._forget).
             self.proc = subprocess.Popen(argv, cwd="/", env={}, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=self._err,
                                          pass_fds=(theirs.fileno(),), start_new_session=True)
@@ -113,6 +115,21 @@ class Zygote:
             return self._err.read()[-600:].decode("utf-8", "replace")
         except (OSError, ValueError):
             return ""
+
+    def forget(self) -> None:
+        """In a child forked from the harness: close this process's copies of the server's descriptors and never
+        touch the server (the parent drives it; it must see EOF when the parent dies)."""
+        if self.proc is None:
+            return
+        self.proc = None
+        try:
+            os.close(self._sock.detach())
+        except OSError:
+            pass
+        try:
+            self._err.close()
+        except OSError:
+            pass
 
     def close(self) -> None:
         """Kill the server and everything in its PID namespace (idempotent)."""

@@ -1,21 +1,26 @@
 """The sandbox for generated code, harness side (spec §6: "generated code is untrusted: run it isolated").
 
 Each program runs in its own process, in a throwaway directory, in its own session (process group), with
-rlimits (address space, file size, processes, CPU), no stdin, output discarded, and a wall-clock deadline kept by
-the harness. When bubblewrap works it adds: a read-only view of only ``/usr`` and the sandbox interpreter's own
-installation (no ``/root``, ``/home``, project files or virtual environments), with every copy of elfreg in it
-(its package data: the benchmarks) and every elfreg cache hidden; a size-capped tmpfs as working directory; and
-new PID/network/IPC/UTS namespaces. When the harness runs as root the program runs under its own unprivileged uid,
-so the process limit holds and it cannot signal or write anything it does not own.
+rlimits (address space, file size, open files, processes, CPU), a seccomp filter, no stdin, output discarded, a
+wall-clock deadline kept by the harness, and, where the host lets elfreg make one, a memory cgroup that counts
+everything its processes hold (:mod:`.memcg`). When bubblewrap works it adds: a read-only view of an allow-list
+only, the interpreter's standard library and the libraries it loads (:mod:`.layout`: no site-packages, home,
+project, data or virtual environment); a size-capped tmpfs as working directory; and new PID/network/IPC/UTS
+namespaces. When the harness runs as root the program runs under its own unprivileged uid, so the process limit
+holds and it cannot signal or write anything it does not own.
 
 Two ways to start the process (``SandboxConfig.isolation``):
 
 * ``zygote`` (default when root and bwrap work): one bwrap-isolated fork server per worker
   (:mod:`.forkserver`), a template that forks a fresh child per program and never reads a payload; the payload
   goes to that child alone. Same isolation, a few milliseconds per program.
-* ``bwrap``: a fresh ``python -I`` per program under bwrap (~0.1 s each).
-* ``none``: an explicit opt-out, recorded as *unisolated*: a fresh ``python -I`` per program with the
+* ``bwrap``: a fresh ``python -I -S`` per program under bwrap (~0.1 s each).
+* ``none``: an explicit opt-out, recorded as *unisolated*: a fresh ``python -I -S`` per program with the
   rlimits only (plus, where ``unshare`` works, new network and PID namespaces; as root, the uid drop).
+
+No process of the sandbox outlives the harness: a fork server exits when its control socket closes, which the
+harness's forked children (text workers) close at fork; a fresh interpreter dies with the harness thread that
+started it (bubblewrap's ``--die-with-parent``, or ``setpriv --pdeathsig`` and ``unshare --kill-child``).
 
 ``auto`` takes the first of ``zygote`` and ``bwrap`` that works and otherwise refuses
 (:class:`IsolationUnavailable`, saying how to install bubblewrap or to opt out): isolation is never lost
@@ -25,7 +30,6 @@ silently. What a run writes back is read by :mod:`.records` as untrusted input.
 from __future__ import annotations
 
 import fcntl
-import functools
 import json
 import logging
 import os
@@ -45,6 +49,8 @@ from pathlib import Path
 
 from .forkserver import Zygote, ZygoteError
 from .inside import RUNNER_SOURCE
+from .layout import ancestors, inside, interpreter_layout
+from .memcg import MemoryCgroups
 from .records import MAX_RECORD_BYTES, RecordStream
 
 log = logging.getLogger(__name__)
@@ -73,32 +79,68 @@ def default_cache_root() -> Path:
     return Path(os.environ.get("ELFREG_CACHE_DIR") or Path.home() / ".cache" / "elfreg" / "eval")
 
 
+def machine_memory() -> int:
+    """Bytes of physical memory of this machine."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _size(n: int) -> str:
+    """``n`` bytes in the largest binary unit it reaches, e.g. ``4 GiB``."""
+    if n.bit_length() > 60:
+        return f"about 2^{n.bit_length() - 1} bytes"
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.3g} {unit}"
+    return f"{n} bytes"
+
+
+# Each limit's range: (lowest, highest, what the highest is). The lowest are what a program needs to start at all
+# (a Python interpreter does not start in 32 MiB of address space on every path); a memory above this machine's
+# limits nothing (the host runs out first), and the other highest are far past any benchmark's need.
+_RANGES = {
+    "memory_bytes": (64 << 20, machine_memory, "this machine's memory"),
+    "workdir_bytes": (1 << 20, machine_memory, "this machine's memory"),
+    "file_bytes": (1 << 20, lambda: 1 << 40, None),
+    "max_result_bytes": (1 << 20, lambda: 1 << 40, None),
+    "nproc": (1, lambda: 1 << 15, None),
+    "open_files": (16, lambda: 1 << 16, None),
+}
+
+
 @dataclass
 class SandboxConfig:
     """Limits and isolation choice for sandboxed programs (spec §6)."""
 
-    memory_bytes: int = 4 << 30
+    memory_bytes: int = field(default_factory=lambda: min(4 << 30, machine_memory()))
     file_bytes: int = 64 << 20
     workdir_bytes: int = 256 << 20
     nproc: int = 64
+    # Few descriptors: each can pin a pipe's or socket's buffers outside the address space.
+    open_files: int = 64
     max_result_bytes: int = 256 << 20
     isolation: str = "auto"  # one of ISOLATION_CHOICES
     # The bubblewrap executable (name on PATH or path); ELFREG_BWRAP overrides, e.g. to test a machine without it.
     bwrap: str = field(default_factory=lambda: os.environ.get("ELFREG_BWRAP", "bwrap"))
-    # The base interpreter, never a virtual environment's launcher: a venv may live under /tmp, which every
-    # sandboxed program gets as a fresh tmpfs; the runner and the programs need the standard library only.
-    python: str = field(default_factory=lambda: os.path.realpath(getattr(sys, "_base_executable", sys.executable)))
+    # The base interpreter (a virtual environment's launcher is resolved to it): a venv may live under /tmp, which
+    # every sandboxed program gets as a fresh tmpfs; the runner and the programs need the standard library only.
+    python: str = field(default_factory=lambda: getattr(sys, "_base_executable", sys.executable))
     # Host paths never visible inside (besides every elfreg installation and cache, always hidden): e.g. a
-    # --data file or --cache-dir that lies inside the interpreter's installation.
+    # --data file or --cache-dir that lies inside what the sandbox binds.
     hide: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for name in ("memory_bytes", "file_bytes", "workdir_bytes", "nproc", "max_result_bytes"):
-            if int(getattr(self, name)) <= 0:
-                raise ValueError(f"SandboxConfig.{name} must be positive, got {getattr(self, name)!r}")
+        for name, (low, high, what) in _RANGES.items():
+            value, top = getattr(self, name), high()
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            if not (whole and low <= value <= top):
+                show = _size if name.endswith("_bytes") else str
+                got = show(value) if whole and value >= 0 else repr(value)
+                raise ValueError(f"SandboxConfig.{name} must be an integer between {show(low)} and {show(top)}"
+                                 f"{f' ({what})' if what else ''}, got {got}")
         if self.isolation not in ISOLATION_CHOICES:
             raise ValueError(f"SandboxConfig.isolation must be one of {'|'.join(ISOLATION_CHOICES)}, "
                              f"got {self.isolation!r}")
+        self.python = os.path.realpath(self.python)
         self.hide = tuple(str(p) for p in self.hide)
 
 
@@ -113,6 +155,7 @@ class Isolation:
     fork_server: bool = False  # bwrap fork server (zygote) instead of a fresh interpreter per program
 
     pidns: bool = False
+    memcg: str = ""  # the memory cgroups in use ("cgroup v1", "cgroup v2"), or "" (rlimits and seccomp only)
 
     @property
     def isolated(self) -> bool:
@@ -124,7 +167,7 @@ class Isolation:
         parts = ([self.kind] + (["zygote"] if self.fork_server else []) + (["rlimits"] if not self.isolated else [])
                  + (["uid-drop"] if self.uid_drop else [])
                  + (["netns"] if self.netns and self.kind != "bwrap" else [])
-                 + (["pidns"] if self.pidns and self.kind != "bwrap" else []))
+                 + (["pidns"] if self.pidns and self.kind != "bwrap" else []) + (["memcg"] if self.memcg else []))
         return ("" if self.isolated else "UNISOLATED ") + "+".join(parts) + (f" ({self.reason})" if self.reason else "")
 
 
@@ -138,37 +181,11 @@ class RunResult:
     returncode: int | None = None
     wall_s: float = 0.0
     stderr: str = ""
+    killed: str = ""  # why the sandbox killed the program, when it did (its memory): the run fails with this
 
     @property
     def records(self) -> list[dict]:
         return self.stream.records
-
-
-def _ancestors(path: str) -> list[str]:
-    p, out = Path(path), []
-    for a in reversed(p.parents):
-        if str(a) != "/":
-            out.append(str(a))
-    return out
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-@functools.lru_cache(maxsize=None)
-def interpreter_paths(python: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(roots, import path)`` of the sandbox interpreter as it runs there (``python -I``): its installation
-    prefixes and executable's folder, which the sandbox binds (an import path entry outside them, e.g. from a
-    ``.pth`` file, is not bound), and the ``sys.path`` entries it imports from (real paths)."""
-    code = "import json, sys; print(json.dumps([[sys.prefix, sys.exec_prefix, sys.base_prefix], sys.path]))"
-    out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, timeout=60, check=True, env={})
-    prefixes, path = json.loads(out.stdout)
-    roots = {os.path.realpath(p) for p in prefixes} - {"/"}  # an interpreter installed at / gets /usr only
-    exe_dir = os.path.dirname(os.path.realpath(python))
-    if not any(_inside(exe_dir, r) for r in roots):
-        roots.add(exe_dir)
-    return tuple(sorted(roots)), tuple(os.path.realpath(p) for p in path if p)
 
 
 def elfreg_paths(import_path: tuple[str, ...]) -> list[str]:
@@ -209,16 +226,48 @@ class Sandbox:
             self._slots.put(i)
         self._zygotes: dict[int, Zygote] = {}
         self._zlock = threading.Lock()
-        self._closer = weakref.finalize(self, _close_all, self._zygotes)
+        self._fds: set[int] = set()  # descriptors of runs in progress (closed in a forked child of the harness)
+        self._argv: dict[tuple[bool, bool], list[str]] = {}
+        self._memcg, memcg_why = MemoryCgroups.open()
+        self._closer = weakref.finalize(self, _close_all, self._zygotes, self._memcg)
+        _LIVE.add(self)
         self._root = os.geteuid() == 0
         self._bwrap_exe = shutil.which(self.config.bwrap)
         self._unshare: list[str] = []
         self.isolation = self._probe()
-        log.info("sandbox isolation: %s", self.isolation.describe())
+        self.isolation.memcg = self._memcg.describe() if self._memcg else ""
+        log.info("sandbox isolation: %s%s", self.isolation.describe(),
+                 "" if self._memcg else f" (no memory cgroup: {memcg_why}; memfd and SysV shared memory refused, "
+                 "the memory limit is per process)")
 
     def close(self) -> None:
-        """Stop the fork servers (also done at garbage collection and interpreter exit)."""
+        """Stop the fork servers and remove the memory cgroups (also done at garbage collection and interpreter
+        exit)."""
         self._closer()
+
+    def _forget(self) -> None:
+        """In a child forked from the harness (a text worker): close every descriptor of the sandbox's servers and
+        runs, and never touch them (they are the parent's), so they end with the parent."""
+        for z in list(self._zygotes.values()):
+            z.forget()
+        self._zygotes.clear()
+        for fd in list(self._fds):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
+        self._memcg = None
+        self._closer.detach()
+
+    def _track(self, *fds: int) -> None:
+        self._fds.update(fds)
+
+    def _release(self, fd: int) -> None:
+        """Close ``fd`` after dropping it from the tracked set (never the other way round: a fork in between must
+        not close a number the parent has reused)."""
+        self._fds.discard(fd)
+        os.close(fd)
 
     def __enter__(self) -> Sandbox:
         return self
@@ -228,49 +277,49 @@ class Sandbox:
 
     # ------------------------------------------------------------------ what the sandbox sees
     def hidden_paths(self) -> list[str]:
-        """Host paths inside the bound installation that the sandbox covers with an empty, read-only folder or file:
+        """Host paths inside the bound folders that the sandbox covers with an empty, read-only folder or file:
         every elfreg installation and cache there, and ``SandboxConfig.hide``."""
-        roots, import_path = interpreter_paths(self.config.python)
-        wanted = elfreg_paths(import_path) + [os.path.realpath(p) for p in self.config.hide]
-        return sorted({p for p in wanted if os.path.exists(p) and any(_inside(p, r) for r in roots)})
+        layout = interpreter_layout(self.config.python)
+        wanted = elfreg_paths(layout.import_path) + [os.path.realpath(p) for p in self.config.hide]
+        return sorted({p for p in wanted if os.path.exists(p) and any(inside(p, r) for r in layout.folders)})
 
     def _bwrap_argv(self, uid_drop: bool, die_with_parent: bool = True) -> list[str]:
+        """The bwrap command line (namespaces, the allow-list's mounts, the environment), built once per kind."""
+        key = (uid_drop, die_with_parent)
+        if key not in self._argv:
+            self._argv[key] = self._build_bwrap_argv(uid_drop, die_with_parent)
+        return list(self._argv[key])
+
+    def _build_bwrap_argv(self, uid_drop: bool, die_with_parent: bool) -> list[str]:
         argv = [self._bwrap_exe or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                 "--new-session"]
         if die_with_parent:
             argv.append("--die-with-parent")
         if not self._root:
             argv.append("--unshare-user")
-        argv += ["--ro-bind", "/usr", "/usr"]
-        for d in ("/bin", "/sbin", "/lib", "/lib64", "/lib32"):
-            if os.path.islink(d):
-                argv += ["--symlink", os.readlink(d), d]
-            elif os.path.isdir(d):
-                argv += ["--ro-bind", d, d]
-        for f in ("/etc/ld.so.cache", "/etc/localtime"):
-            argv += ["--ro-bind-try", f, f]
-        bound: set[str] = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32"}
-        made: set[str] = set()
-        roots, _ = interpreter_paths(self.config.python)
-        for root in roots:
-            if any(_inside(root, b) for b in bound):
-                continue
-            # bwrap would create missing parents as 0700 root dirs; the unprivileged uid must traverse them.
-            for a in _ancestors(root):
-                if a not in made:
-                    argv += ["--perms", "0755", "--dir", a]
-                    made.add(a)
-            argv += ["--ro-bind", root, root]
-            bound.add(root)
+        # The allow-list (layout.py). bwrap would create missing parents as 0700 root dirs; the unprivileged uid
+        # must traverse them.
+        for step in interpreter_layout(self.config.python).binds():
+            if step[0] == "dir":
+                argv += ["--perms", "0755", "--dir", step[1]]
+            elif step[0] == "symlink":
+                argv += ["--symlink", step[1], step[2]]
+            elif step[0] == "bind":
+                argv += ["--ro-bind", step[1], step[1]]
+            else:  # a site folder inside the standard library's: an empty read-only folder over it
+                argv += ["--perms", "0555", "--tmpfs", step[1], "--remount-ro", step[1]]
         for path in self.hidden_paths():  # an empty read-only folder (or /dev/null) over each
             if os.path.isdir(path):
                 argv += ["--perms", "0555", "--tmpfs", path, "--remount-ro", path]
             else:
                 argv += ["--ro-bind", "/dev/null", path]
-        argv += ["--proc", "/proc", "--dev", "/dev",
+        # /dev read-only: no file in /dev/shm or in bwrap's /dev tmpfs (unbounded, outside every limit)
+        argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
                  "--size", str(self.config.workdir_bytes), "--perms", "01777", "--tmpfs", "/tmp",
                  "--size", str(self.config.workdir_bytes), "--perms", "01777", "--tmpfs", "/sandbox",
-                 "--chdir", "/sandbox", "--clearenv"]
+                 # the root (bwrap's own tmpfs, of no size limit, holding the folders made above) read-only too:
+                 # without a uid drop the program owns those folders
+                 "--remount-ro", "/", "--chdir", "/sandbox", "--clearenv"]
         for k, v in self._env("/sandbox").items():
             argv += ["--setenv", k, v]
         return argv
@@ -315,10 +364,13 @@ class Sandbox:
                     reason += f"bwrap probe failed (rc={res.returncode}): {res.stderr[-300:]}"
                 except (OSError, subprocess.SubprocessError) as e:
                     reason += f"bwrap probe failed: {e}"
+            # Installing bubblewrap helps only where it is missing; where it is there but failed, the reason says why.
+            todo = INSTALL_HINT if self._bwrap_exe is None else (
+                f"make bubblewrap ({self._bwrap_exe}) work here (the reason above), or opt out with `--isolation none`")
             raise IsolationUnavailable(f"no isolation for generated code on this machine: {reason.strip('; ')}. "
-                                       f"To score code, {INSTALL_HINT}.")
+                                       f"To score code, {todo}.")
         uid_drop = self._root and all(os.stat(a).st_mode & 0o001 for a in
-                                      _ancestors(os.path.realpath(self.config.python)))
+                                      ancestors(self.config.python))
         self._unshare = self._unshare_prefix()
         reason = "isolation=none requested"
         if self._root and not uid_drop:
@@ -327,23 +379,32 @@ class Sandbox:
         return Isolation("none", uid_drop=uid_drop, netns=bool(self._unshare),
                          pidns="-p" in self._unshare, reason=reason)
 
+    def _python(self) -> list[str]:
+        """The sandboxed interpreter's command: isolated mode, no site folders (layout.py)."""
+        return [self.config.python, "-I", "-S"]
+
     def _unshare_prefix(self) -> list[str]:
-        """``unshare`` flags that work here: new network and PID namespaces (a program then cannot name,
-        so cannot signal, the harness), else the network only, else none."""
+        """The unisolated start: ``setpriv --pdeathsig KILL`` (it dies with the harness thread that started it)
+        and ``unshare`` with the flags that work here: new network and PID namespaces (a program then cannot name,
+        so cannot signal, the harness; ``--kill-child`` ends the namespace with ``unshare``), else the network
+        only, else none."""
+        prefix = []
+        setpriv = shutil.which("setpriv")
+        if setpriv and subprocess.run([setpriv, "--pdeathsig", "KILL", "true"], capture_output=True).returncode == 0:
+            prefix = [setpriv, "--pdeathsig", "KILL"]
         exe = shutil.which("unshare")
         if exe is None:
-            return []
+            return prefix
         user = [] if self._root else ["-r"]
-        for flags in (["-n", "-p", "-f", "--mount-proc"], ["-n"]):
-            argv = [exe, *user, *flags]
+        for flags in (["-n", "-p", "-f", "--kill-child", "--mount-proc"], ["-n", "-p", "-f", "--mount-proc"], ["-n"]):
+            argv = [*prefix, exe, *user, *flags]
             if subprocess.run(argv + ["true"], capture_output=True).returncode == 0:
                 return argv
-        return []
+        return prefix
 
     # ------------------------------------------------------------------ running
     def _nproc_limit(self) -> int:
-        if self.isolation.uid_drop:
-            return self.config.nproc
+        """The process limit of a program run under the harness's own uid (no uid drop, e.g. not root)."""
         # Same real uid as the harness: RLIMIT_NPROC counts all its tasks, so allow what exists plus a margin.
         uid, n = os.getuid(), 0
         for p in os.listdir("/proc"):
@@ -377,9 +438,26 @@ class Sandbox:
             "RLIMIT_FSIZE": self.config.file_bytes,
             "RLIMIT_CORE": 0,
             "RLIMIT_NPROC": self.config.nproc if uid is not None else self._nproc_limit(),
+            "RLIMIT_NOFILE": self.config.open_files,
             "RLIMIT_CPU": int(deadline_s) + 2,
         }
         return payload
+
+    def _enter_memcg(self, slot: int, limit: int) -> list[str]:
+        """The argv prefix that starts a process in ``slot``'s memory cgroup limited to ``limit`` (none without)."""
+        if self._memcg is None:
+            return []
+        self._memcg.prepare(slot, limit)
+        return self._memcg.enter(slot)
+
+    def _oom_kills(self, slot: int) -> int:
+        return self._memcg.oom_kills(slot) if self._memcg is not None else 0
+
+    def _memory_killed(self, res: RunResult, slot: int, before: int) -> None:
+        """Fail ``res`` if the kernel killed a process of its slot's cgroup for want of memory since ``before``."""
+        if self._oom_kills(slot) > before:
+            res.killed = (f"killed: its processes used more than the memory limit ({_size(self.config.memory_bytes)}"
+                          ", memfd, shared memory and tmpfs files included)")
 
     def _zygote_for(self, slot: int) -> Zygote:
         z = self._zygotes.get(slot)
@@ -387,7 +465,16 @@ class Sandbox:
             return z
         if z is not None:
             z.close()
-        z = Zygote(self._bwrap_argv(True, die_with_parent=False), self.config.python, self.config.workdir_bytes)
+        # The server starts without a limit of its own; once ready, its cgroup gets the program's memory on top of
+        # what the server holds (every program inherits those pages copy-on-write).
+        prefix = self._enter_memcg(slot, machine_memory())
+        z = Zygote(prefix + self._bwrap_argv(True, die_with_parent=False), self._python(), self.config.workdir_bytes)
+        if self._memcg is not None:
+            try:
+                self._memcg.set_limit(slot, self.config.memory_bytes + self._memcg.usage(slot))
+            except OSError as e:
+                z.close()
+                raise ZygoteError(f"could not limit the fork server's memory cgroup: {e}") from None
         with self._zlock:
             self._zygotes[slot] = z
         return z
@@ -405,6 +492,7 @@ class Sandbox:
             data = json.dumps(self._limits(payload, uid, deadline_s)).encode("utf-8", "surrogatepass")
             # The payload goes into a memfd that only the program's child reads: the server never sees it.
             mem = os.memfd_create("elfreg-payload", os.MFD_CLOEXEC)
+            self._track(mem)
             try:
                 view = memoryview(data)
                 while view:
@@ -415,20 +503,22 @@ class Sandbox:
                     except ZygoteError as e:
                         raise SandboxError(f"the fork server could not be started: {e}") from None
                     r_fd, w_fd = _result_pipe()
+                    self._track(r_fd, w_fd)
+                    ooms = self._oom_kills(slot)
                     t0 = time.monotonic()
                     try:
                         z.submit(uid, w_fd, mem)
                     except ZygoteError as e:
-                        os.close(r_fd)
+                        self._release(r_fd)
                         self._drop_zygote(slot)
                         if attempt:
                             raise SandboxError(f"the fork server failed twice: {e}") from None
                         continue
                     finally:
-                        os.close(w_fd)
+                        self._release(w_fd)
                     break
             finally:
-                os.close(mem)
+                self._release(mem)
             try:
                 res = self._collect(r_fd, t0, deadline_s, stream)
             finally:  # the server waits for this end of the run, whatever happened here
@@ -443,6 +533,7 @@ class Sandbox:
                     self._drop_zygote(slot)
             res.returncode = reply["rc"]
             res.wall_s = time.monotonic() - t0
+            self._memory_killed(res, slot, ooms)
             return res
         finally:
             self._slots.put(slot)
@@ -453,16 +544,20 @@ class Sandbox:
         workdir = None
         try:
             payload = dict(self._limits(payload, uid, deadline_s), uid=uid)
-            py = [self.config.python, "-I", "-c", RUNNER_SOURCE]
+            py = self._python() + ["-c", RUNNER_SOURCE]
+            prefix = self._enter_memcg(slot, self.config.memory_bytes)
             if iso.kind == "bwrap":
-                argv, cwd, env = self._bwrap_argv(iso.uid_drop) + py, "/", {}
+                argv, cwd, env = prefix + self._bwrap_argv(iso.uid_drop) + py, "/", {}
             else:
                 workdir = tempfile.mkdtemp(prefix="elfreg-sbx-")
                 if uid is not None:
                     os.chown(workdir, uid, uid)
                 os.chmod(workdir, 0o700)
-                argv, cwd, env = self._unshare + py, workdir, self._env(workdir)
-            return self._communicate(argv, cwd, env, payload, deadline_s, stream, uid)
+                argv, cwd, env = prefix + self._unshare + py, workdir, self._env(workdir)
+            ooms = self._oom_kills(slot)
+            res = self._communicate(argv, cwd, env, payload, deadline_s, stream, uid)
+            self._memory_killed(res, slot, ooms)
+            return res
         finally:
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
@@ -470,13 +565,19 @@ class Sandbox:
 
     def _communicate(self, argv, cwd, env, payload, deadline_s, stream, uid) -> RunResult:
         r_fd, w_fd = _result_pipe()
+        self._track(r_fd, w_fd)
         os.set_inheritable(w_fd, True)
         t0 = time.monotonic()
         # pass_fds keeps the number, so the child writes its records to the same fd number.
         payload["result_fd"] = w_fd
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, pass_fds=(w_fd,), start_new_session=True)
-        os.close(w_fd)
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, pass_fds=(w_fd,), start_new_session=True)
+        except BaseException:
+            self._release(r_fd)
+            raise
+        finally:
+            self._release(w_fd)
         res = RunResult(stream)
         try:
             try:
@@ -544,7 +645,7 @@ class Sandbox:
                     res.timed_out = True
                     break
         finally:
-            os.close(r_fd)
+            self._release(r_fd)
         return res
 
     @staticmethod
@@ -615,8 +716,25 @@ def _drain(fd: int, at_least: int) -> tuple[list[bytes], bool]:
     return chunks, False
 
 
-def _close_all(zygotes: dict) -> None:
+def _close_all(zygotes: dict, memcg: MemoryCgroups | None = None) -> None:
     for slot in list(zygotes):
         z = zygotes.pop(slot, None)
         if z is not None:
             z.close()
+    if memcg is not None:
+        memcg.close()
+
+
+# Every live sandbox of this process, so that a child forked from it (os.fork: multiprocessing's text workers)
+# lets go of their servers and runs at once; otherwise its copy of a control socket would keep a fork server
+# running after the harness died.
+_LIVE: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+
+
+def _forget_all() -> None:
+    for sb in list(_LIVE):
+        sb._forget()
+    _LIVE.clear()
+
+
+os.register_at_fork(after_in_child=_forget_all)

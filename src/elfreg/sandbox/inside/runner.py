@@ -7,9 +7,11 @@ child alone); records go to the already-open fd ``result_fd``, one JSON object p
 :mod:`elfreg.sandbox.records` (the harness checks every one of them as untrusted input).
 
 Before any payload code runs, the runner applies the payload's rlimits, forbids new privileges, installs a
-seccomp filter that refuses the kernel keyring calls (the one store that outlives every process of a uid:
-without it, one program could leave its code there for the next program of the same worker), drops to the
-run's private uid and points stdin/stdout/stderr at ``/dev/null``.
+seccomp filter, drops to the run's private uid and points stdin/stdout/stderr at ``/dev/null``. The filter refuses
+(EPERM) the kernel keyring calls (the one store that outlives every process of a uid: without it, one program
+could leave its code there for the next program of the same worker) and the memory that lies outside the address
+space limit: ``memfd_create``, ``memfd_secret``, SysV ``shmget`` and ``msgget`` (a file or segment written without
+staying mapped, pinned in the kernel however little address space the program has).
 
 Modes:
 
@@ -32,22 +34,24 @@ import sys
 if "encode_output" not in globals():  # imported as a module (tests, linters); in the sandbox the codec is above
     from elfreg.sandbox.inside.codec import NotPlain, Ref, decode_plain, decode_text, encode_output, encode_text
 
-# seccomp: the audit arch and the syscall numbers of add_key, request_key and keyctl, per machine.
-_KEYRING_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+# seccomp: the audit arch and the refused syscalls' numbers, per machine: add_key, request_key, keyctl;
+# memfd_create, memfd_secret; shmget, msgget.
+_DENIED_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250, 319, 447, 29, 68)),
+                    "aarch64": (0xC00000B7, (217, 218, 219, 279, 447, 194, 186))}
 
 
 _FILTER = []  # (libc, the compiled filter or None), built once per process (the fork server builds it at start)
 
 
-def keyring_filter():
-    """``(libc, sock_fprog or None)``: the seccomp program that refuses the keyring calls on this machine."""
+def denied_filter():
+    """``(libc, sock_fprog or None)``: the seccomp program that refuses the denied calls on this machine."""
     if _FILTER:
         return _FILTER[0]
     import ctypes
     import os
 
     libc = ctypes.CDLL(None, use_errno=True)
-    arch = _KEYRING_SYSCALLS.get(os.uname().machine)
+    arch = _DENIED_SYSCALLS.get(os.uname().machine)
     fprog = None
     if arch is not None:
         audit_arch, numbers = arch
@@ -73,13 +77,14 @@ def keyring_filter():
     return _FILTER[0]
 
 
-def deny_keyrings():  # pragma: no cover - runs in the sandbox (tests/sandbox/test_payload_isolation.py)
-    """Forbid new privileges and make add_key/request_key/keyctl fail with EPERM in this process and its children.
+def deny_syscalls():  # pragma: no cover - runs in the sandbox (tests/sandbox/test_payload_isolation.py)
+    """Forbid new privileges and make the denied calls (keyrings, memfd, SysV shared memory and message queues)
+    fail with EPERM in this process and its children.
 
     Returns False on a machine whose syscall numbers are not in the table (only "no new privileges" is set)."""
     import ctypes
 
-    libc, fprog = keyring_filter()
+    libc, fprog = denied_filter()
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
     if fprog is None:
@@ -120,7 +125,7 @@ def run_payload(payload):  # pragma: no cover - exercised through the sandbox te
 
     for name, value in payload["rlimits"].items():
         resource.setrlimit(getattr(resource, name), (value, value))
-    deny_keyrings()
+    deny_syscalls()
     if payload.get("uid") is not None:
         os.setgroups([])
         os.setgid(payload["uid"])

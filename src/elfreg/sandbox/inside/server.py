@@ -33,7 +33,7 @@ import sys
 import time
 
 if "run_payload" not in globals():  # imported as a module (tests, linters); in the sandbox it is defined above
-    from elfreg.sandbox.inside.runner import keyring_filter, run_payload
+    from elfreg.sandbox.inside.runner import denied_filter, run_payload
 
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
@@ -107,9 +107,11 @@ def _child(libc, ctrl, uid, result_fd, payload_fd, workdir_bytes):  # pragma: no
         _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
         _check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
         owner = b",uid=%d,gid=%d,mode=0700" % (uid, uid) if uid is not None else b",mode=1777"
+        # An inode per 4 KiB of the size at most: empty files cost kernel memory that the size does not count.
+        size = b"size=%d,nr_inodes=%d" % (workdir_bytes, max(1024, workdir_bytes // 4096))
         for path, opts in ((b"/sandbox", owner), (b"/tmp", b",mode=1777")):
-            _check(libc.mount(b"tmpfs", path, b"tmpfs", _MS_NOSUID | _MS_NODEV,
-                              b"size=%d" % workdir_bytes + opts), "mount tmpfs " + path.decode())
+            _check(libc.mount(b"tmpfs", path, b"tmpfs", _MS_NOSUID | _MS_NODEV, size + opts),
+                   "mount tmpfs " + path.decode())
         os.chdir("/sandbox")
         with open("/proc/self/oom_score_adj", "w") as f:  # under memory pressure, kill programs first
             f.write("1000")
@@ -177,7 +179,7 @@ def serve(ctrl_fd, workdir_bytes):  # pragma: no cover - exercised through the s
                 __import__(name)
             except ImportError:
                 pass
-        keyring_filter()  # built once here, inherited by every child
+        denied_filter()  # built once here, inherited by every child
         gc.collect()
         gc.freeze()  # keep the collector from touching (and so copying) the server's pages in every child
     except BaseException as e:  # noqa: BLE001
