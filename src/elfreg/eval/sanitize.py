@@ -140,9 +140,10 @@ def extract_code(text: str) -> str:
     For each start ``i`` (in order, while it can still beat the best), the search finds how far the lines from ``i``
     stay a possible start of a program (``span_verdict`` is not ``INVALID``), growing the span by doubling and then
     halving, and tries ends only up to there, from the longest down. Prose, markdown fences or junk after ``i``
-    stop it at their first line. An end inside an open bracket or triple-quoted string jumps to the line before
-    it opens. A start where the lines before it, back to an earlier start whose span parsed, are whole statements
-    is skipped: prepend those statements to any span from it and that longer span parses too.
+    stop it at their first line. An end inside an open bracket or triple-quoted string, or in a run of comment and
+    blank lines, jumps to the line before. A start is skipped when an earlier start holds every span it holds,
+    with more lines: after whole statements (back to an earlier start whose span parsed) or after a comment or
+    blank line.
 
     The parser reads at most ``WORK_PER_CHAR`` characters per character of ``text`` plus ``WORK_BASE``; hostile
     texts built to defeat these rules stop there, with the longest span found so far (real model output needs a
