@@ -69,13 +69,44 @@ def junk_lines(n: int) -> None:
     sanitize(f"{junk}\ndef f():\n    return 1\n{junk}", "f")
 
 
+FUNCTION = "def f(numbers, threshold):\n    return any(abs(a - b) < threshold for a in numbers for b in numbers)\n"
+
+
+def prose_after_code(n: int) -> None:
+    """A function in a python fence, then n // 10 identical prose lines (issue 32; before: 400 lines took 16.8 s,
+    about n^2.3)."""
+    sanitize(f"```python\n{FUNCTION}```\n" + "\n".join(["The function compares every pair of numbers."] * (n // 10)),
+             "f")
+
+
+def junk_lines_cr(n: int) -> None:
+    """junk_lines with one lone \\r in the junk (issue 36; before: 600 lines took 140 s)."""
+    junk = "\n".join(f"??? step {i} $" for i in range(n // 10))
+    sanitize(f"{junk}\r\ndef f():\n    return 1\n{junk}\rx", "f")
+
+
+def junk_lines_breaks(n: int) -> None:
+    """junk_lines with every character that str.splitlines() breaks at and Python's tokenizer does not."""
+    junk = [f"??? step {i} $" for i in range(n // 10)]
+    for k, char in enumerate("\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"):
+        junk[k * len(junk) // 8] += char
+    sanitize("\n".join([*junk, "def f():", "    return 1", *junk]), "f")
+
+
+def unfinished_try(n: int) -> None:
+    """A try block of n // 10 lines that never gets its except, then a function: every span from the try line is
+    incomplete, so only the span search's work budget bounds it (without it, cubic; past it, the search keeps the
+    longest span found so far: here none, and the function after it is not reached)."""
+    sanitize("try:\n" + "    x = 1\n" * (n // 10) + FUNCTION, "f")
+
+
 def blank_lines(n: int) -> None:
     """10 n newlines before a function: the fence regex (before: 200,000 took ~70 s, quadratic)."""
     looks_like_solution("\n" * (10 * n) + "def f():\n    return 1\n", "f")
 
 
 CASES = [unterminated_record, unterminated_nesting, colliding_set, deep_expression, mmlu_spaces, gsm8k_spaces,
-         junk_lines, blank_lines]
+         junk_lines, blank_lines, prose_after_code, junk_lines_cr, junk_lines_breaks, unfinished_try]
 
 
 def fastest(fn: Callable[[int], None], n: int, repeat: int) -> float:

@@ -1,6 +1,6 @@
 import pytest
 
-from elfreg.eval.codeprep import alias_target, prepare_code
+from elfreg.eval.codeprep import alias_target, looks_like_solution, prepare_code
 from elfreg.eval.datasets import load_benchmark
 
 F = "```"
@@ -125,3 +125,14 @@ def test_humaneval_completions_continue_the_prompt(name):
 def test_unknown_sample_format_is_an_error():
     with pytest.raises(ValueError, match="sample format"):
         prepare_code("x", "f", alias=False, fmt="program")
+
+
+@pytest.mark.parametrize("completion, why", [
+    ("    return x\n", None),  # an indented first line continues the prompt's function
+    ("\x0c    return x\n", None),  # form feed is indentation to Python's tokenizer
+    ("\x1c    return x\n", "it starts with prose, not Python"),  # str.isspace() holds, the tokenizer refuses it
+    ("x = 1\u2028Sure, here it is\n", "it starts with prose, not Python"),  # one line to Python, two to splitlines()
+    ("x = 1\rSure, here it is\n", None),  # a lone \r ends the line for Python too
+])
+def test_looks_like_solution_reads_lines_as_python_does(completion, why):
+    assert looks_like_solution(completion, "f") == why

@@ -1,10 +1,12 @@
 """elfreg's sanitizer (elfreg.eval.sanitize): hand-checked behaviour, and identical output to EvalPlus 0.3.1's."""
 
+import ast
 import json
 from pathlib import Path
 
 import pytest
 
+import elfreg.eval.sanitize as sanitize_module
 from elfreg.eval.datasets import load_benchmark, manifest, packaged_data_dir
 from elfreg.eval.sanitize import extract_code, sanitize
 
@@ -99,3 +101,114 @@ def test_recorded_completions_cover_the_styles_asked_for():
     for needed in ("fence+prose", "fence+tests-bottom", "main-block", "helpers", "class-helper", "syntax-error-tail",
                    "garbage-unbalanced", "mbpp-wrong-name-import"):
         assert needed in styles
+
+
+def _evalplus_search(text: str) -> str:
+    """EvalPlus 0.3.1's documented step 1, spelled out: every span of >= 2 lines, the first with the most non-blank
+    lines wins (quadratic in spans; only for the small texts below)."""
+    lines, best, pair = text.split("\n"), 0, (0, 0)
+    for i in range(len(lines)):
+        for j in range(i + 1, len(lines)):
+            try:
+                ast.parse("\n".join(lines[i:j + 1]))
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                continue
+            count = sum(1 for line in lines[i:j + 1] if line.strip())
+            if count > best:
+                best, pair = count, (i, j)
+    return "\n".join(lines[pair[0]:pair[1] + 1])
+
+
+# Texts for each rule of the bounded search: where a span may stop (prose, fences, a bad indent), ends inside an open
+# bracket or string, starts skipped after whole statements, and the parser's own line breaks (a lone \r)
+RULES = {
+    "prose-after": f"{F}python\ndef f(x):\n    return x\n{F}\nIt returns x.\nIt returns x.\nIt returns x.\n",
+    "open-bracket": "x = 1\ny = 2\nz = (\n    1,\n    2,\nw w",
+    "open-bracket-closed-later": "a = 1\nb = [\n1,\n2\n]\nc c\nd = 4",
+    "open-string": 'x = 1\ny = """\nwords words\nmore words\n',
+    "string-holds-junk": 'x = """\n??? $\n```\n"""\ny = 2\n!!',
+    "decorators": "@a\n@b\ndef f():\n    return 1\n@c\n@d",
+    "try-unfinished": "x = 1\ny = 2\ntry:\n    z = 3\n    w = 4\n",
+    "backslash": "x = 1 + \\\n    2\ny = 3 \\\n\nz = 4\n?",
+    "semicolons+comments": "x = 1; y = 2\n# note\nz = 3\n\n# end\n??",
+    "blank-ties": "a = 1\n\n\n???\nb = 2\nc = 3\n\n\n",
+    "indented-first": "    x = 1\n    y = 2\nz = 3\nw = 4\n",
+    "lone-cr": "x = 1\ry = (\n2)\rz = 3\nw = 4\n$$\nv = 5\n",
+    "cr-in-string": "s = '''a\rb'''\nt = 1\r\nu = 2\n",
+    "crlf": "def f():\r\n    return 1\r\n\r\nprint(f())\r\n",
+    "form-feed": "\x0cx = 1\ny = 2\x0c\nz = 3\n",
+    "nul": "x = 1\ny = 2\x00\nz = 3\nw = 4\nv = 5\n",
+    "surrogate": "x = 1\ny = '\ud800'\nz = 3\nw = 4\nv = 5\n",
+    "vertical-tab": "x = 1\x0b\ny = 2\nz = 3\n",
+    "unicode-breaks": "x = 1\u2028\ny = 2\x85\nz = 3\x1c\nw = 4\nv = '\u2029'\n",
+}
+
+
+@pytest.mark.parametrize("name", list(RULES))
+def test_bounded_search_finds_the_span_evalplus_finds(name):
+    assert extract_code(RULES[name]) == _evalplus_search(RULES[name])
+
+
+def _parser_work(monkeypatch, text: str) -> int:
+    """Characters the span search hands to the parser for ``text`` (deterministic, unlike a time)."""
+    work = [0]
+    verdict = sanitize_module.span_verdict
+
+    def counting(code):
+        work[0] += len(code)
+        return verdict(code)
+
+    monkeypatch.setattr(sanitize_module, "span_verdict", counting)
+    extract_code(text)
+    return work[0]
+
+
+PROSE = "This function checks whether any two numbers in the list are closer than the threshold."
+
+
+def _prose_after_solution(n: int) -> str:
+    """HumanEval/0's solution in a fence, then ``n`` identical lines that tokenize but never parse (issue 32)."""
+    return f"{F}python\n{load_benchmark('humaneval').problems[0].reference}\n{F}\n" + "\n".join([PROSE] * n)
+
+
+def _junk_around_solution(n: int, char: str) -> str:
+    """The round-2 junk lines around HumanEval/0's solution, with one ``char`` in the junk (issue 36)."""
+    junk = [f"??? step {i} $" for i in range(n // 2)]
+    junk[len(junk) // 2] = f"??? step{char}{len(junk) // 2} $"  # inside the line: "\r" before "\n" is a line end
+    return "\n".join([*junk, load_benchmark("humaneval").problems[0].reference, *junk])
+
+
+# str.splitlines() breaks at each of these; Python's tokenizer only at \r (and \n)
+BREAKS = ["\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.timeout(60)
+def test_prose_after_a_fenced_solution_is_searched_in_linear_time(monkeypatch):
+    # before: 400 lines took 16.8 s (about n^2.3); here 1,600 lines, and the parser's work grows with the text
+    want = load_benchmark("humaneval").problems[0].reference.rstrip("\n")
+    assert extract_code(_prose_after_solution(1600)) == want
+    small, large = (_parser_work(monkeypatch, _prose_after_solution(n)) for n in (400, 1600))
+    assert large < 5 * small, (small, large)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("char", BREAKS, ids=[f"U+{ord(c[0]):04X}" + ("-crlf" if len(c) > 1 else "") for c in BREAKS])
+def test_line_break_characters_keep_the_junk_search_linear(monkeypatch, char):
+    # before: one lone \r turned the tokenize shortcut off, 600 lines took 140 s
+    want = load_benchmark("humaneval").problems[0].reference.rstrip("\n")
+    assert extract_code(_junk_around_solution(2400, char)) == want
+    small, large = (_parser_work(monkeypatch, _junk_around_solution(n, char)) for n in (600, 2400))
+    assert large < 5 * small, (small, large)
+
+
+@pytest.mark.timeout(60)
+def test_the_search_stops_at_its_work_budget(monkeypatch):
+    # a try block that never gets its except leaves every span from its first line incomplete, whatever its end:
+    # unbounded, the search parses ~1,000 spans of ~10 KB here (cubic in general)
+    monkeypatch.setattr(sanitize_module, "WORK_BASE", 100_000)
+    text = "try:\n" + "    x = 1\n" * 1000 + "def f():\n    return 1\n"
+    work = _parser_work(monkeypatch, text)
+    assert work <= sanitize_module.WORK_PER_CHAR * len(text) + 100_000 + 2 * len(text)
+    # past the budget the longest span found so far is the answer: none here, so the first line (EvalPlus' answer
+    # when nothing parses); the function after the try block is not reached
+    assert extract_code(text) == "try:"

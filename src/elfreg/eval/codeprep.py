@@ -24,8 +24,9 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+from functools import lru_cache
 
-from .sanitize import extract_code, sanitize
+from .sanitize import extract_code, sanitize_extracted
 
 FORMATS = ("completion", "solution")
 ALIAS_RULE = "one-top-level-function"  # recorded in every scored code row: rows of another rule are rescored
@@ -96,12 +97,19 @@ def alias_target(code: str, helpers: bool = False) -> str | None:
     return roots[0] if len(roots) == 1 else None
 
 
+@lru_cache(maxsize=1)
+def _code_block(text: str) -> str:
+    """``extract_code(text)``, once for the several modes and steps that prepare one sample (the costly step)."""
+    return extract_code(text)
+
+
 def _sanitized(text: str, entry_point: str | None) -> str:
-    code = sanitize(text, entry_point)
+    block = _code_block(text)
+    code = sanitize_extracted(block, entry_point)
     if _drops_needed_definitions(code):
         # The sanitizer drops functions without a ``return`` (generators, in-place helpers) even when
         # the kept code calls them (e.g. Mbpp/630); then keep the whole extracted code block instead.
-        code = extract_code(text)
+        code = block
     return code
 
 
@@ -127,7 +135,7 @@ def prepare_code(sample: str, entry_point: str, alias: bool, keep_all: bool = Fa
     code = _sanitized(text, None if keep_all else entry_point)
     if not alias or entry_point in _top_level_functions(code):
         return head + code, False
-    target = alias_target(extract_code(text), helpers)
+    target = alias_target(_code_block(text), helpers)
     if target is None or target == entry_point:
         return head + code, False
     if not keep_all:
@@ -140,6 +148,10 @@ def prepare_code(sample: str, entry_point: str, alias: bool, keep_all: bool = Fa
 # ``[^\S\n]``: whitespace within the line. ``\s*`` ran on across newlines from every line start, quadratic in
 # blank lines; a fence after blank lines still starts a line of its own, so the same texts match.
 _FENCE = re.compile(r"^[^\S\n]*```", re.MULTILINE)
+# Lines and indentation as Python's tokenizer reads them: str.splitlines() also breaks at \x0b, \x0c, \x1c-\x1e,
+# \x85, \u2028 and \u2029, and str.isspace() holds for more than the tokenizer's " \t\f"
+_PARSER_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_INDENT = " \t\f"
 
 
 def looks_like_solution(completion: str, entry_point: str) -> str | None:
@@ -148,8 +160,8 @@ def looks_like_solution(completion: str, entry_point: str) -> str | None:
     line that is not Python), or its own top-level ``def <entry_point>(``."""
     if _FENCE.search(completion):
         return "it has a markdown code fence"
-    first = next((ln for ln in completion.splitlines() if ln.strip()), "")
-    if first and not first[0].isspace():
+    first = next((ln for ln in _PARSER_LINE_BREAK.split(completion) if ln.strip(_INDENT)), "")
+    if first and first[0] not in _INDENT:
         if re.match(rf"(?:async\s+)?def\s+{re.escape(entry_point)}\s*\(", first) or \
                 re.search(rf"^(?:async\s+)?def\s+{re.escape(entry_point)}\s*\(", completion, re.MULTILINE):
             return f"it defines {entry_point}() itself"

@@ -7,6 +7,8 @@ against evalplus on benchmark solutions and recorded model completions (tests/ev
 1. **Extraction.** Of all runs of at least two consecutive lines that parse as Python (``ast.parse``),
    keep the one with the most non-blank lines; ties go to the earliest start, then the earliest end.
    If no run parses, the first line is kept. This drops markdown fences and prose around the code.
+   EvalPlus parses every span (cubic in lines); ``extract_code`` finds the same run with a bounded search (linear
+   on prose, junk and fences around code; a work budget stops text built to defeat it).
 2. **Selection** (tree-sitter, top-level statements only). Kept: ``import`` / ``from ... import``
    statements (``from __future__`` is a different node and is dropped), classes, functions that contain a
    ``return`` somewhere in their body, and assignments (``x = ...``) — each definition name only the first
@@ -23,68 +25,198 @@ assignment such as ``a, b = c`` that is the right-hand side's ``c``, a quirk kep
 from __future__ import annotations
 
 import ast
-import tokenize
+import bisect
+import codeop
+import re
 from functools import lru_cache
 
 _IMPORTS = ("import_statement", "import_from_statement")
 
 
-def _parses(code: str) -> bool:
+# codeop's partial-input mode (the interactive prompt's "is more input needed?"): compile() then calls a text that
+# stops in the middle of a statement "incomplete input", and any other SyntaxError comes from a token before the end
+_INCOMPLETE_OK = getattr(codeop, "PyCF_ALLOW_INCOMPLETE_INPUT", 0)
+PARSES, INCOMPLETE, INVALID = "parses", "incomplete", "invalid"
+# Characters compiled per character of text, plus a fixed allowance, before the span search stops (see extract_code)
+WORK_PER_CHAR, WORK_BASE = 64, 1_000_000
+_UNCLOSED = re.compile(r"^(?:'.' was never closed|unterminated triple-quoted string literal)")
+
+
+def span_verdict(code: str) -> tuple[str, ast.Module | None]:
+    """Whether ``code`` parses (``ast.parse``), and if not, whether more lines could still make it parse.
+
+    ``INCOMPLETE``: the parser ran out of text (an open bracket, string, block or decorator). ``INVALID``: it failed
+    on a token before the end, so every text that starts with ``code`` fails the same way (the parser reads tokens
+    left to right and decides on what it has read). NUL bytes, lone surrogates and nesting too deep for the parser
+    are ``INVALID`` too: every longer text holds them. Returns (verdict, the module when it parses).
+    """
+    try:  # ast.parse's call, plus the flag; dont_inherit: this module's __future__ imports are not the text's
+        return PARSES, compile(code, "<span>", "exec", ast.PyCF_ONLY_AST | _INCOMPLETE_OK, dont_inherit=True)
+    except SyntaxError as e:  # on a Python whose codeop lacks the flag no failure is known to be final
+        return (INCOMPLETE if not _INCOMPLETE_OK or e.msg == "incomplete input" else INVALID), None
+    except (ValueError, MemoryError, RecursionError):  # NUL bytes (3.11), surrogates (UnicodeEncodeError), depth
+        return INVALID, None
+
+
+def _unclosed_line(code: str) -> int | None:
+    """The line (1-based, as the parser counts) of the bracket or triple-quoted string that ``code`` leaves open."""
     try:
         ast.parse(code)
-    except (SyntaxError, MemoryError, ValueError, RecursionError):  # ValueError: NUL bytes (Python 3.11)
+    except SyntaxError as e:
+        return e.lineno if e.lineno and _UNCLOSED.match(e.msg or "") else None
+    except (ValueError, MemoryError, RecursionError):
+        return None
+    return None
+
+
+class _Lines:
+    """``text`` split as EvalPlus splits it (on "\\n"), with each line's offset and first parser line.
+
+    The parser also ends a line at a lone "\\r": ``first_cline[k]`` is the parser's (0-based) line number at the start
+    of line ``k``, to map the parser's line numbers back to these lines.
+    """
+
+    def __init__(self, text: str):
+        self.text = text
+        self.lines = text.split("\n")
+        self.n = len(self.lines)
+        self.offset = [0] * (self.n + 1)
+        for k, line in enumerate(self.lines):
+            self.offset[k + 1] = self.offset[k] + len(line) + 1
+        self.first_cline = list(range(self.n))
+        if "\r" in text:  # a lone \r ("\r\n" is one break) adds a parser line
+            extra = 0
+            for k, line in enumerate(self.lines):
+                self.first_cline[k] += extra
+                extra += line.count("\r") - line.endswith("\r")
+
+    def span(self, i: int, j: int) -> str:
+        """Lines ``i..j`` joined by "\\n" (EvalPlus' candidate text)."""
+        return self.text[self.offset[i]:self.offset[j + 1] - 1]
+
+    def line_of(self, i: int, cline: int) -> int:
+        """The line holding parser line ``cline`` (1-based) of the span that starts at line ``i``."""
+        return bisect.bisect_right(self.first_cline, self.first_cline[i] + cline - 1) - 1
+
+
+def _neutral(line: str) -> bool:
+    """A blank or comment-only line as the parser reads it at a span's start: no token, no effect on indentation
+    (whitespace is " \\t\\f" only; no "\\r" inside, which would end the comment; no NUL byte or lone surrogate)."""
+    body = line[:-1] if line.endswith("\r") else line
+    rest = body.lstrip(" \t\f")
+    if (rest and rest[0] != "#") or "\r" in body or "\x00" in body:
+        return False
+    try:
+        body.encode("utf-8")
+    except UnicodeEncodeError:
         return False
     return True
 
 
-def _first_bad_token_line(lines: list[str], i: int) -> int:
-    """The first line (index into ``lines``) at or after ``i`` that no span starting at ``i`` can hold and parse,
-    read with ``tokenize``: a character no Python token holds outside strings and comments (``?``, ``$``, ``!``,
-    an unclosed one-line quote) or an indented first statement; ``len(lines)`` if none. Tokens are read left to
-    right, so every span from ``i`` that reaches that line fails to parse: those parses need not be tried."""
-    rows = (lines[k] + "\n" if k < len(lines) - 1 else lines[k] for k in range(i, len(lines)))
-    first = True
-    try:  # read lazily, line by line: junk stops at its first line, and costs no copy of the rest
-        for tok in tokenize.generate_tokens(lambda: next(rows, "")):
-            bad = tok.type == tokenize.ERRORTOKEN and not tok.string.isspace()
-            # an indented first statement is an "unexpected indent", unless a trailing "\" joins it to the next line
-            indented = first and tok.type == tokenize.INDENT and tok.line.lstrip(" \t")[:1] not in ("\\", "\f")
-            if bad or indented:
-                return i + tok.start[0] - 1
-            first = first and tok.type in (tokenize.NL, tokenize.COMMENT)
-    except (tokenize.TokenError, SyntaxError):  # an unclosed bracket or string at the end, a bad unindent: no claim
-        pass
-    return len(lines)
+def _statement_boundaries(lines: _Lines, i: int, j: int, tree: ast.Module) -> list[int]:
+    """Lines ``t`` in ``(i, j + 1]`` such that lines ``i..t-1`` parse: only whole top-level statements and comments
+    come before ``t``. (Those are the starts that the search may skip, see ``extract_code``.)"""
+    inside = []  # parser lines strictly inside a statement: (first line, last line]
+    for node in tree.body:
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+        inside.append((first, node.end_lineno or node.lineno))
+    out, k = [], 0
+    for t in range(i + 1, j + 2):
+        if t >= lines.n:
+            break
+        cline = lines.first_cline[t] - lines.first_cline[i] + 1
+        while k < len(inside) and inside[k][1] < cline:
+            k += 1
+        # a "\\" ending the line before joins the next line to its statement
+        if (k == len(inside) or inside[k][0] >= cline) and not lines.lines[t - 1].rstrip("\r").endswith("\\"):
+            out.append(t)
+    return out
 
 
 def extract_code(text: str) -> str:
-    """Step 1: the longest run of >= 2 lines that parses (most non-blank lines; earliest on ties)."""
-    lines = text.split("\n")
-    n = len(lines)
-    blank = [not line.strip() for line in lines]
-    rest = [0] * (n + 1)  # rest[i] = non-blank lines in lines[i:]
-    for i in range(n - 1, -1, -1):
-        rest[i] = rest[i + 1] + (not blank[i])
-    # Python's tokenizer reads a lone \r as a line break and ``tokenize`` does not: no shortcut then.
-    shortcut = "\r" not in text.replace("\r\n", "")
-    best, span = 0, (0, 0)
-    for i in range(n):
-        if rest[i] <= best:  # non-increasing in i: no later start can hold more lines
+    """Step 1: the longest run of >= 2 lines that parses (most non-blank lines; earliest on ties), as EvalPlus' search
+    over every span finds it, in bounded time.
+
+    For each start ``i`` (in order, while it can still beat the best), the search finds how far the lines from ``i``
+    stay a possible start of a program (``span_verdict`` is not ``INVALID``), growing the span by doubling and then
+    halving, and tries ends only up to there, from the longest down. Prose, markdown fences or junk after ``i``
+    stop it at their first line. An end inside an open bracket or triple-quoted string, or in a run of comment and
+    blank lines, jumps to the line before. A start is skipped when an earlier start holds every span it holds,
+    with more lines: after whole statements (back to an earlier start whose span parsed) or after a comment or
+    blank line.
+
+    The parser reads at most ``WORK_PER_CHAR`` characters per character of ``text`` plus ``WORK_BASE``; hostile
+    texts built to defeat these rules stop there, with the longest span found so far (real model output needs a
+    small fraction of it, see docs/evaluation.md).
+    """
+    lines = _Lines(text)
+    n = lines.n
+    nonblank = [k for k, line in enumerate(lines.lines) if line.strip()]
+    before = [0] * (n + 1)  # before[k] = non-blank lines in lines[:k]
+    for k in nonblank:
+        before[k + 1] = 1
+    for k in range(n):
+        before[k + 1] += before[k]
+    neutral = [_neutral(line) for line in lines.lines]
+    run_start = list(range(n))  # run_start[k]: the first line of the run of neutral lines that ends at line k
+    for k in range(1, n):
+        if neutral[k] and neutral[k - 1]:
+            run_start[k] = run_start[k - 1]
+    work, budget = 0, WORK_PER_CHAR * len(text) + WORK_BASE
+
+    def verdict(i: int, j: int) -> tuple[str, ast.Module | None]:
+        nonlocal work
+        code = lines.span(i, j)
+        work += len(code) + 1
+        return span_verdict(code)
+
+    best, answer, skip = 0, (0, 0), set()
+    for i in range(n - 1):
+        if len(nonblank) - before[i] <= best or work > budget:  # no later start can hold more lines
             break
-        top = _first_bad_token_line(lines, i) - 1 if shortcut else n - 1  # no span from i reaches a bad token
-        for j in range(min(top, n - 1), i, -1):  # count(i..j) = rest[i] - rest[j + 1], non-increasing as j falls
-            count = rest[i] - rest[j + 1]
-            if count <= best:
+        if neutral[i]:  # the parser reads nothing on it: a span from i + 1 parses iff the same one from i does
+            skip.add(i + 1)
+        if i in skip:
+            continue
+        need = before[i] + best  # the first end holding best + 1 non-blank lines
+        if need >= len(nonblank):
+            continue
+        lowest = max(i + 1, nonblank[need])
+        # how far the lines from i can still parse: double the span until INVALID, then halve back
+        good, bad, size = i, n, 2
+        while good < n - 1 and work <= budget:
+            j = min(i + size - 1, n - 1)
+            if verdict(i, j)[0] == INVALID:
+                bad = j
                 break
-            if _parses("\n".join(lines[i:j + 1])):
+            good, size = j, 2 * size
+        while bad - good > 1 and bad > lowest and work <= budget:
+            mid = (good + bad) // 2
+            if verdict(i, mid)[0] == INVALID:
+                bad = mid
+            else:
+                good = mid
+        # the longest span that parses, ending between lowest and good
+        j = good
+        while j >= lowest and work <= budget:
+            status, tree = verdict(i, j)
+            if status == PARSES:
                 last = j
-                while last > i and blank[last]:
+                while last > i and not lines.lines[last].strip():
                     last -= 1
                 # ends in [last, j] hold the same lines; the earliest one that parses wins the tie
-                end = next(k for k in range(max(last, i + 1), j + 1) if k == j or _parses("\n".join(lines[i:k + 1])))
-                best, span = count, (i, end)
+                end = next(k for k in range(max(last, i + 1), j + 1) if k == j or verdict(i, k)[0] == PARSES)
+                best, answer = before[j + 1] - before[i], (i, end)
+                skip.update(_statement_boundaries(lines, i, j, tree))
                 break
-    return "\n".join(lines[span[0]:span[1] + 1])
+            if neutral[j]:  # a run of comment and blank lines leaves every end in it as the line before it left
+                k = run_start[j] - 1
+                j = k - 1 if not lines.lines[k].rstrip("\r").endswith("\\") else j - 1  # "\\" + a blank line parses
+                continue
+            opened = _unclosed_line(lines.span(i, j)) if status == INCOMPLETE else None
+            work += lines.offset[j + 1] - lines.offset[i] if status == INCOMPLETE else 0
+            j = min(j, lines.line_of(i, opened)) - 1 if opened else j - 1
+    return lines.span(*answer)
 
 
 @lru_cache(maxsize=1)
@@ -163,7 +295,11 @@ def reachable(entry_point: str, defs: list[tuple[str | None, object, str]]) -> s
 
 def sanitize(text: str, entry_point: str | None = None) -> str:
     """EvalPlus-equivalent sanitized program for ``text`` (keeping all definitions when no entry point)."""
-    code = extract_code(text)
+    return sanitize_extracted(extract_code(text), entry_point)
+
+
+def sanitize_extracted(code: str, entry_point: str | None = None) -> str:
+    """Steps 2-4 of ``sanitize`` on the code block ``extract_code`` gave (to extract it once for several calls)."""
     src = code.encode("utf-8")
     imports, defs = top_level_definitions(code)
     keep = reachable(entry_point, defs) if entry_point else None
