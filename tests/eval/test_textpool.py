@@ -139,7 +139,7 @@ def _alive(pid: int) -> bool:
 def test_no_worker_outlives_the_main_process(tmp_path, sig):
     parent = subprocess.Popen([sys.executable, "-c", _ORPHAN_PARENT, str(tmp_path / "results.jsonl")],
                               stdout=subprocess.PIPE, text=True)
-    holder = None
+    holder, workers = None, []
     try:
         holder, *workers = map(int, parent.stdout.readline().split())
         assert len(workers) == 2 and all(map(_alive, workers))
@@ -152,7 +152,8 @@ def test_no_worker_outlives_the_main_process(tmp_path, sig):
         while any(map(_alive, workers)) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not [pid for pid in workers if _alive(pid)], "text workers outlived the main process by 1 s"
-    finally:
-        for pid in [p for p in (holder,) if p] + ([] if parent.poll() is not None else [parent.pid]):
+    finally:  # what this test started and is still running: the parent, the holder, workers that outlived it
+        for pid in [p for p in (holder, *workers) if p and _alive(p)] + ([] if parent.poll() is not None
+                                                                         else [parent.pid]):
             os.kill(pid, signal.SIGKILL)
         parent.wait()
