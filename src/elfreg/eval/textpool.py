@@ -8,24 +8,27 @@ functions (closures included) are inherited, never pickled; only their arguments
 
 Three properties the harness relies on:
 
-* **No orphans.** A worker keeps no descriptor but its own pipe and stdio (the parent's ends of the other
-  workers' pipes, a results file, a sandbox fork server's socket are closed at the fork), and asks the kernel to
-  kill it when the parent dies (``PR_SET_PDEATHSIG``; elsewhere than Linux, an idle worker still ends on its
-  pipe's EOF). SIGKILL or SIGTERM to the main process leaves no worker behind.
+* **No orphans.** A worker keeps no descriptor but its own pipe, stdio and the streams logging writes to (the
+  parent's ends of the other workers' pipes, a results file, a sandbox fork server's socket are closed at the
+  fork), and asks the kernel to kill it when the parent dies (``PR_SET_PDEATHSIG``; elsewhere than Linux, an idle
+  worker still ends on its pipe's EOF). SIGKILL or SIGTERM to the main process leaves no worker behind.
 * **No start-up charged to a sample.** ``warm_up`` runs once in this process before the first fork, so every
   worker, replacements included, starts with what the tasks import and cache; and a task's clock starts when
   its worker reports that it has the task in hand, not when it was sent.
 * **Memory.** ``RLIMIT_DATA`` bounds what a worker allocates beyond what it inherits at the fork (its data
   segment at start plus ``memory_bytes``). Not ``RLIMIT_AS``: address space that is only reserved (a CUDA context
-  in ``eval run``'s process, malloc arenas, guard pages) would count against it and uses no memory.
+  in ``eval run``'s process, malloc arenas, guard pages) would count against it and uses no memory. A task that
+  raised MemoryError, or took the worker within 10 % of the limit, is over it (see ``_serve``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import resource
 import signal
+import sys
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
@@ -44,30 +47,33 @@ class Outcome:
     error: str | None = None
 
 
-def _data_bytes() -> int | None:
-    """This process's data segment (``VmData``: what ``RLIMIT_DATA`` counts), or None where /proc does not say."""
+def _status_bytes(field: bytes) -> int | None:
+    """A size from /proc/self/status (``b"VmData"``: what ``RLIMIT_DATA`` counts; ``b"VmPeak"``: the largest address
+    space since the fork), or None where /proc does not say."""
     try:
         with open("/proc/self/status", "rb") as f:
             for line in f:
-                if line.startswith(b"VmData:"):
+                if line.startswith(field + b":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return None
 
 
-def _limit_memory(memory_bytes: int | None) -> None:
+def _limit_memory(memory_bytes: int | None) -> int | None:
     """Cap this process's future allocations at ``memory_bytes`` beyond its current data segment (never above the
-    hard limit); a host without ``RLIMIT_DATA`` or /proc keeps the time limit only."""
-    now = _data_bytes()
-    if memory_bytes is None or now is None:
-        return
+    hard limit); returns the address-space size past which a task counts as over the limit (90 % of the way), or
+    None: no limit, or a host without ``RLIMIT_DATA`` or /proc (the time limit still holds)."""
+    now, size = _status_bytes(b"VmData"), _status_bytes(b"VmSize")
+    if memory_bytes is None or now is None or size is None:
+        return None
     hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
     soft = now + memory_bytes if hard == resource.RLIM_INFINITY else min(now + memory_bytes, hard)
     try:
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
     except (OSError, ValueError):
-        pass
+        return None
+    return size + (soft - now) * 9 // 10
 
 
 def _prctl() -> Callable | None:
@@ -88,34 +94,59 @@ def _die_with_parent(prctl: Callable | None, parent: int) -> None:
         os._exit(0)
 
 
-def _keep_only(fd: int) -> None:
-    """Close every inherited descriptor but stdio and ``fd`` (other workers' pipe ends, results files, sockets: a
+def _log_fds() -> set[int]:
+    """The descriptors of ``sys.stdout``, ``sys.stderr`` and every logging handler's stream (a worker's warnings
+    go where the parent's go, e.g. math-verify's to a log file)."""
+    streams = [sys.stdout, sys.stderr]
+    for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+        streams += [getattr(h, "stream", None) for h in getattr(logger, "handlers", [])]
+    fds = set()
+    for stream in streams:
+        try:
+            fds.add(stream.fileno())
+        except (AttributeError, OSError, ValueError):  # no stream, closed, or not a file (io.StringIO)
+            pass
+    return fds
+
+
+def _keep_only(keep: set[int]) -> None:
+    """Close every inherited descriptor but stdio and ``keep`` (other workers' pipe ends, results files, sockets: a
     worker holding them keeps them open after the parent dies); stdin becomes /dev/null."""
-    os.closerange(3, fd)
-    os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
+    low = 3
+    for fd in sorted(k for k in keep if k >= 3):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     if null != 0:
         os.close(null)
 
 
-def _serve(conn: Connection, fns: dict[str, Callable]) -> None:
+def _serve(conn: Connection, fns: dict[str, Callable], ceiling: int | None) -> None:
     """A worker's loop: for each ``(name, args)`` task, say ``("start", time)``, run it, answer
-    ``("done", ok, value or error, retire)``; return when the pipe closes or after a MemoryError (``retire``: a
-    fresh worker takes the next task)."""
+    ``("done", ok, value or error, retire)``; return when the pipe closes or after a task over the memory limit
+    (``retire``: a fresh worker takes the next task).
+
+    A task is over the limit when it raised MemoryError, or when the worker's address space passed ``ceiling``
+    (90 % of the limit) while it ran: libraries that catch every exception (math-verify, the sanitizer's parser)
+    answer after a MemoryError of their own, from work they did not finish."""
     while True:
         try:
             name, args = conn.recv()
         except (EOFError, OSError):
             return
         conn.send(("start", time.monotonic()))
-        retire = False
         try:
             out = (True, fns[name](*args))
-        except MemoryError:  # over the memory limit (or a parser's own): a fresh worker takes the next task
-            out, retire = (False, "MemoryError"), True
+        except MemoryError:
+            out = (False, "MemoryError")
         except BaseException as e:  # noqa: BLE001 - RecursionError and the like: that task's error, not the worker's
             out = (False, type(e).__name__)
+        peak = _status_bytes(b"VmPeak") if ceiling is not None else None
+        if peak is not None and peak >= ceiling:
+            out = (False, "MemoryError")
+        retire = out == (False, "MemoryError")
         try:
             conn.send(("done", *out, retire))
         except (RecursionError, ValueError, TypeError, AttributeError) as e:  # an unpicklable or too deep result
@@ -140,7 +171,7 @@ class _Worker:
 
     def __init__(self, fns: dict[str, Callable], memory_bytes: int | None, prctl: Callable | None) -> None:
         self.conn, child = Pipe()
-        parent = os.getpid()
+        parent, log_fds = os.getpid(), _log_fds()
         pid = os.fork()
         if pid == 0:  # the worker: nothing after this returns to the caller
             code = 0
@@ -148,9 +179,8 @@ class _Worker:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills workers
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)  # never the parent's handlers
                 _die_with_parent(prctl, parent)
-                _keep_only(child.fileno())
-                _limit_memory(memory_bytes)
-                _serve(child, fns)
+                _keep_only({child.fileno(), *log_fds})
+                _serve(child, fns, _limit_memory(memory_bytes))
             except BaseException:  # noqa: BLE001 - a worker never unwinds into the parent's code
                 code = 1
             finally:
