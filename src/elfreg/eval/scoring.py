@@ -253,10 +253,26 @@ _STEPS = {"math": "math-verify", "gsm8k": "answer extraction", "choice": "answer
           "exact": "answer extraction"}  # how a text benchmark's per-sample work is named in time-limit details
 
 
+def _score_text_rows(bench: Benchmark, todo: list[Completion], opts: ScoreOptions, results: ResultsFile,
+                     bar: tqdm) -> None:
+    """Each text sample's verdict in the text pool, each row written as it finishes."""
+    if not todo:  # a resumed run with nothing left: no workers, no warm-up
+        return
+    tasks = ((c, _STEPS[bench.kind], "verdict", (c.completion, bench.by_id[c.task_id].answer or "")) for c in todo)
+    work = {"verdict": partial(_text_verdict, bench.kind, bench.answer_extractor, opts.math_timeout_s)}
+    warm = partial(work["verdict"], _WARM_TEXT, _WARM_GOLD)
+    with TextPool(work, opts.workers, opts.text_limit_s, opts.text_memory_bytes, warm) as pool:
+        for c, out in pool.run(tasks):
+            results.add(_text_row(bench, c, out))
+            bar.update()
+
+
 def _score_code_rows(bench: Benchmark, todo: list[Completion], sandbox: Sandbox, expected: ExpectedOutputs,
                      opts: ScoreOptions, results: ResultsFile, isolation: str | None, bar: tqdm) -> None:
     """Prepare each sample in the text pool, test its programs in ``opts.workers`` threads; write each row as it
     finishes, so a slow sample holds back no other."""
+    if not todo:
+        return
     running: set[Future] = set()
 
     def write(done: set[Future]) -> None:
@@ -310,14 +326,7 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
             for c, why in too_big:
                 results.add(_text_row(bench, c, Outcome(error=why)))
                 bar.update()
-            tasks = ((c, _STEPS[bench.kind], "verdict", (c.completion, bench.by_id[c.task_id].answer or ""))
-                     for c in todo)
-            work = {"verdict": partial(_text_verdict, bench.kind, bench.answer_extractor, opts.math_timeout_s)}
-            warm = partial(work["verdict"], _WARM_TEXT, _WARM_GOLD)
-            with TextPool(work, opts.workers, opts.text_limit_s, opts.text_memory_bytes, warm) as pool:
-                for c, out in pool.run(tasks):  # each row written as it finishes
-                    results.add(_text_row(bench, c, out))
-                    bar.update()
+            _score_text_rows(bench, todo, opts, results, bar)
     finally:
         bar.close()
         results.close()
