@@ -7,13 +7,28 @@ Prints, per case, the fastest time at n and at 4n and their ratio: about 4 for l
 below). The fastest of the repeats, because the shared machine's load only ever adds time. Each case is the
 function the scorer calls on the hostile text, not a whole `eval score` run (tests/eval/test_hostile_samples.py
 and tests/sandbox/test_hostile_costs.py run those end to end).
+
+Then the memory of text work against the input size (issue 32: two GSM8K completions of ``'12 ' * 50Mi``, 157 MB
+each, made the process tree of `eval score` reach 6.7 GB of RSS, one worker 3.5 GB). Per size, two such rows are
+scored end to end (``load_completions`` + ``score_completions``, 2 workers) in a fresh process under three
+settings: no limits (the behaviour before: no completion size bound, no worker memory limit), the worker memory
+limit alone (the size bound raised out of the way), and the defaults. The per-sample time limit is raised to 10
+minutes, so what the table shows is memory (on a loaded machine the 30 s limit can end extraction first). The peak RSS of the whole process tree
+(summed; pages shared after fork count once per process, as ``ps`` shows them) and of its largest process are
+polled from /proc every 20 ms.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from elfreg.eval.answers import extract_choice, extract_gsm8k
 from elfreg.eval.codeprep import looks_like_solution
@@ -120,16 +135,109 @@ def fastest(fn: Callable[[int], None], n: int, repeat: int) -> float:
     return best
 
 
+_SCORE = """
+import json, sys
+from elfreg.eval.completions import load_completions
+from elfreg.eval.datasets import load_benchmark
+from elfreg.eval.scoring import ScoreOptions, score_completions
+
+cfg = json.loads(sys.argv[1])
+bench = load_benchmark("gsm8k")
+rows = load_completions(cfg["path"], bench.by_id, ("completion",), cfg["max_completion_bytes"]).rows
+opts = ScoreOptions(workers=2, allow_subset=True, progress=False, max_completion_bytes=cfg["max_completion_bytes"],
+                    text_memory_bytes=cfg["text_memory_bytes"], text_limit_s=600)
+score_completions(bench, rows, cfg["results"], opts)
+"""
+
+# (name, --max-completion-bytes, text worker memory limit); None: the default
+SETTINGS = [("no limits (before)", 1 << 30, "off"), ("memory limit only", 1 << 30, None), ("defaults", None, None)]
+
+
+def _tree_memory(root: int) -> tuple[int, int, int]:
+    """(summed RSS, summed PSS, largest RSS) in bytes of ``root`` and its descendants, read from /proc. RSS counts
+    the pages a forked worker shares with its parent in both (as ``ps`` does); PSS splits them (the memory used)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(name))
+        rss[int(name)] = int(fields[21]) * page
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    pss = 0
+    for pid in tree:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                pss += sum(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+        except OSError:
+            continue
+    sizes = [rss.get(pid, 0) for pid in tree]
+    return sum(sizes), pss, max(sizes)
+
+
+def text_memory(mb: float, setting: tuple, folder: Path) -> dict:
+    """Score two GSM8K rows of ``'12 ' * (mb MiB / 3)`` under ``setting`` in a fresh process; its peak memory (tree
+    RSS and PSS, largest process RSS), wall time and the rows' details."""
+    from elfreg.eval.scoring import ScoreOptions
+
+    _, max_bytes, memory = setting
+    path, results = folder / f"c{mb:g}.jsonl", folder / f"r{mb:g}-{SETTINGS.index(setting)}.jsonl"
+    if not path.exists():
+        text = "12 " * int(mb * (1 << 20) / 3)
+        path.write_text("".join(json.dumps({"task_id": f"gsm8k/{i}", "completion": text}) + "\n" for i in range(2)))
+    cfg = {"path": str(path), "results": str(results),
+           "max_completion_bytes": max_bytes or ScoreOptions.max_completion_bytes,
+           "text_memory_bytes": None if memory == "off" else memory or ScoreOptions.text_memory_bytes}
+    t0 = time.perf_counter()
+    log = folder / "stderr.txt"
+    with open(log, "w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-c", _SCORE, json.dumps(cfg)], stderr=err_file)
+    peak = {"rss": 0, "pss": 0, "largest": 0}
+    while proc.poll() is None:
+        for key, value in zip(peak, _tree_memory(proc.pid)):
+            peak[key] = max(peak[key], value)
+        time.sleep(0.02)
+    err = log.read_text().strip().splitlines()
+    details = sorted({json.loads(line).get("detail") or "scored" for line in results.read_text().splitlines()}) \
+        if results.exists() else [f"refused: {err[-1].split('.jsonl:1: ')[-1] if err else proc.returncode}"]
+    return {"seconds": time.perf_counter() - t0, **peak, "details": details}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20_000, help="the smaller size of every case (default 20000)")
     ap.add_argument("--repeat", type=int, default=3, help="repeats per size; the fastest counts (default 3)")
+    ap.add_argument("--memory-mb", default="0.001,16,64",
+                    help="sizes (MiB) of each of the two GSM8K rows of the memory table, comma-separated; '' skips "
+                         "it (default 0.001,16,64; the issue's case is 157)")
     args = ap.parse_args()
     print(f"| case | n = {args.n} | 4n = {4 * args.n} | ratio (linear ~4, quadratic ~16) |")
     print("| --- | --- | --- | --- |")
     for case in CASES:
         small, large = fastest(case, args.n, args.repeat), fastest(case, 4 * args.n, args.repeat)
         print(f"| {case.__name__} | {small * 1e3:.1f} ms | {large * 1e3:.1f} ms | {large / small:.1f} |")
+    sizes = [float(x) for x in args.memory_mb.split(",") if x.strip()]
+    if not sizes:
+        return
+    print("\n| input: 2 GSM8K rows of | setting | peak RSS, tree | peak PSS, tree | largest process RSS | time | rows |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    with tempfile.TemporaryDirectory() as tmp:
+        for mb in sizes:
+            for setting in SETTINGS:
+                r = text_memory(mb, setting, Path(tmp))
+                gib = {k: f"{r[k] / 2 ** 30:.2f} GiB" for k in ("rss", "pss", "largest")}
+                print(f"| {mb:g} MiB | {setting[0]} | {gib['rss']} | {gib['pss']} | {gib['largest']} "
+                      f"| {r['seconds']:.1f} s | {'; '.join(r['details'])} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from elfreg.fingerprint import (RunMismatch, claim, differences, flatten, folder_key, mismatch_message,
+from elfreg.fingerprint import (RunMismatch, claim, differences, file_digest, flatten, folder_key, mismatch_message,
                                 model_identity, move_aside, row_ok, sign_row)
 
 
@@ -81,3 +81,15 @@ def test_rows_signed_with_the_folder_key():
 def test_folder_key_is_kept(tmp_path):
     key = folder_key(tmp_path)
     assert folder_key(tmp_path) == key and len(bytes.fromhex(key)) == 32
+
+
+@pytest.mark.timeout(30)
+def test_file_digest_refuses_what_it_cannot_read_twice(tmp_path):
+    # before: a FIFO made the digest wait forever for a writer, /dev/zero never ended
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/zero"):
+        with pytest.raises(ValueError, match="not a regular file"):
+            file_digest(path)
+    (tmp_path / "x").write_bytes(b"abc")
+    assert file_digest(tmp_path / "x") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

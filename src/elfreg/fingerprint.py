@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import secrets
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,12 @@ class RunMismatch(ValueError):
 
 
 def file_digest(path: str | os.PathLike) -> str:
-    """sha256 of a file's bytes (inputs: prompts, completions, benchmark files)."""
+    """sha256 of a regular file's bytes (inputs: prompts, benchmark files). Anything else is a ValueError naming
+    it: a FIFO's bytes are gone once its reader has them (a second read waits forever), a device may never end;
+    a reader that takes those hashes what it reads instead (``eval.completions.load_completions``)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{path}: not a regular file (a pipe, FIFO or device); its digest would need a second "
+                         "read: save it to a file first")
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -177,7 +177,7 @@ def test_math_verify_logs_the_head_of_a_10mb_completion_on_math500(tmp_path, cap
         comps = [Completion(p.task_id, 0, "x" * 10_000_000, 1, "completion"),  # parsing times out after 1 s
                  Completion(q.task_id, 0, "y " * 50_000 + f"so the answer is $\\boxed{{{q.answer}}}$", 2,
                             "completion")]
-        s = _score(bench, comps, tmp_path, math_timeout_s=1)
+        s = _score(bench, comps, tmp_path, math_timeout_s=1, max_completion_bytes=16 << 20)  # read, not refused
     finally:
         logging.getLogger("math_verify").removeHandler(handler)
     err = capfd.readouterr().err

@@ -1,7 +1,7 @@
 """summary.md: one column per reported pass@k, the dropped ks and the protocol line."""
 
 from elfreg.eval.metrics import summarize
-from elfreg.eval.report import markdown_table
+from elfreg.eval.report import markdown_table, subset_line
 
 
 def test_code_table_has_one_column_per_k_for_every_mode_and_test_set():
@@ -42,3 +42,14 @@ def test_results_rows_and_summaries_never_hold_nan(tmp_path):
     with pytest.raises(ValueError, match=r"^settings\.w is nan: JSON has no such number"):
         write_reports(summary, tmp_path)
     assert not (tmp_path / "summary.json").exists()
+
+
+def test_missing_problems_are_said_before_the_table():
+    summary = {"benchmark": "humaneval", "problems_in_benchmark": 164, "problems_missing": 159,
+               "settings": {"allow_subset": False}}
+    assert subset_line(summary) == ("**159 of 164 humaneval problems have no sample and count as wrong** in every "
+                                    "figure below; pass --allow-subset to score only the problems in the file.")
+    assert subset_line({**summary, "settings": {"allow_subset": True}}) == (
+        "**Subset:** 5 of 164 humaneval problems scored; the 159 with no sample are left out of every figure "
+        "(--allow-subset).")
+    assert subset_line({**summary, "problems_missing": 0}) is None

@@ -1,8 +1,13 @@
-"""The text pool (elfreg.eval.textpool): results in completion order; a task that overruns, raises or kills its
-worker is that task's error, and the pool goes on with a fresh worker."""
+"""The text pool (elfreg.eval.textpool): results in completion order; a task that overruns, raises, exhausts its
+memory or kills its worker is that task's error, and the pool goes on with a fresh worker; no worker outlives the
+main process; a task's clock starts when its worker starts it."""
 
 import os
 import re
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -19,6 +24,13 @@ def _work(kind: str) -> str:
         os._exit(9)
     elif kind == "slow":
         time.sleep(1.0)
+    elif kind == "hog":  # 2 GiB in 64 MiB pieces: past any limit the tests set
+        _ = [bytearray(64 << 20) for _ in range(32)]
+    elif kind == "swallow":  # as math-verify does: catch the MemoryError, answer anyway from unfinished work
+        try:
+            _ = [bytearray(1 << 20) for _ in range(2048)]
+        except MemoryError:
+            return "WRONG ANYWAY"
     return kind.upper()
 
 
@@ -31,12 +43,122 @@ def test_overrun_error_and_dead_worker_are_that_task_s_outcome_only():
     assert time.monotonic() - t0 < 20
     assert dict(got) == {"loop": Outcome(error="time limit in testing (3 s)"), "slow": Outcome("SLOW"),
                          "deep": Outcome(error="testing: RecursionError"),
-                         "exit": Outcome(error="testing: the worker process died"), "ok": Outcome("OK"),
-                         "ok2": Outcome("OK2")}
+                         "exit": Outcome(error="testing: the worker process died (exit code 9)"),
+                         "ok": Outcome("OK"), "ok2": Outcome("OK2")}
     order = [k for k, _ in got]
     assert order[-1] == "loop" and order.index("ok2") < order.index("loop")  # finished rows are not held back
 
 
-def test_the_limit_must_be_positive():
+def test_the_limits_must_be_positive():
     with pytest.raises(ValueError, match="time limit must be > 0"):
         TextPool({"work": _work}, workers=1, limit_s=0)
+    with pytest.raises(ValueError, match="memory limit must be > 0"):
+        TextPool({"work": _work}, workers=1, limit_s=1, memory_bytes=0)
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_past_its_memory_limit_is_that_task_s_error_and_is_replaced():
+    with TextPool({"work": _work}, workers=1, limit_s=30, memory_bytes=256 << 20) as pool:
+        first = pool.pids[0]
+        got = list(pool.run((k, "testing", "work", (k.rstrip("23"),))
+                            for k in ["ok", "hog", "ok2", "swallow", "ok3"]))
+        assert pool.pids[0] != first  # the worker that ran out retired; a fresh one took the next task
+    over = Outcome(error="testing: over the memory limit of text work (256 MiB)")
+    assert dict(got) == {"ok": Outcome("OK"), "ok2": Outcome("OK"), "ok3": Outcome("OK"), "hog": over,
+                         "swallow": over}  # an answer given after a MemoryError of its own is not trusted
+
+
+_LOADED: list[bool] = []
+
+
+def _lazy(x: str) -> str:
+    """A task whose first call in a process pays for its imports, as math-verify's does (about 1 s)."""
+    if not _LOADED:
+        time.sleep(0.8)
+        _LOADED.append(True)
+    if x == "slow":
+        time.sleep(5)
+    return x
+
+
+def _arrive(seconds: float) -> str:
+    time.sleep(seconds)
+    return "arrived"
+
+
+class _SlowToReceive:
+    """An argument that takes 0.8 s to unpickle: the worker is not working on the sample yet."""
+
+    def __reduce__(self):
+        return _arrive, (0.8,)
+
+
+@pytest.mark.timeout(60)
+def test_no_worker_start_up_is_charged_to_a_sample():
+    # slow samples alternating with quick ones, limit 0.5 s: every replacement worker inherits the warm-up done
+    # here, so each quick sample keeps its answer (before: each paid the 0.8 s first call and was over the limit)
+    tasks = [(f"{k}{i}", "t", "lazy", (k,)) for i in range(3) for k in ("slow", "quick")]
+    with TextPool({"lazy": _lazy, "echo": lambda x: x}, workers=1, limit_s=0.5,
+                  warm_up=lambda: _lazy("warm")) as pool:
+        got = dict(pool.run(tasks + [("received", "t", "echo", (_SlowToReceive(),))]))
+    assert _LOADED == [True]  # the warm-up ran in this process
+    assert got == {**{f"slow{i}": Outcome(error="time limit in t (0.5 s)") for i in range(3)},
+                   **{f"quick{i}": Outcome("quick") for i in range(3)},
+                   "received": Outcome("arrived")}  # the clock starts once the worker has the task in hand
+
+
+_ORPHAN_PARENT = textwrap.dedent("""
+    import os, sys, time
+    from elfreg.eval.textpool import Outcome, TextPool
+
+    def work(kind):
+        if kind == "busy":
+            time.sleep(600)  # still running when the parent dies
+        return kind
+
+    results = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # as eval score's results.jsonl
+    pool = TextPool({"work": work}, workers=2, limit_s=900)
+    run = pool.run([("busy", "t", "work", ("busy",)), ("idle", "t", "work", ("idle",))])
+    assert next(run) == ("idle", Outcome("idle"))
+    holder = os.fork()  # a later child holding every descriptor of the parent (as a sandbox fork server would)
+    if holder == 0:
+        time.sleep(600)
+        os._exit(0)
+    print(" ".join(map(str, [holder, *pool.pids])), flush=True)
+    next(run)  # blocks on the busy worker until killed
+""")
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for a reaper does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_no_worker_outlives_the_main_process(tmp_path, sig):
+    parent = subprocess.Popen([sys.executable, "-c", _ORPHAN_PARENT, str(tmp_path / "results.jsonl")],
+                              stdout=subprocess.PIPE, text=True)
+    holder, workers = None, []
+    try:
+        holder, *workers = map(int, parent.stdout.readline().split())
+        assert len(workers) == 2 and all(map(_alive, workers))
+        for pid in workers:  # each worker holds stdio and its own pipe only: no results file, no sibling's pipe
+            fds = {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+            assert len(fds) == 4 and fds[0] == os.devnull and str(tmp_path) not in " ".join(fds.values())
+        parent.send_signal(sig)  # the main process only
+        parent.wait(10)
+        deadline = time.monotonic() + 1.0
+        while any(map(_alive, workers)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not [pid for pid in workers if _alive(pid)], "text workers outlived the main process by 1 s"
+    finally:  # what this test started and is still running: the parent, the holder, workers that outlived it
+        for pid in [p for p in (holder, *workers) if p and _alive(p)] + ([] if parent.poll() is not None
+                                                                         else [parent.pid]):
+            os.kill(pid, signal.SIGKILL)
+        parent.wait()

@@ -9,7 +9,7 @@ import sys
 from ..bounds import INT64_MAX, Range
 from ..cliargs import error_line, input_file, output_dir
 from ..sandbox import ISOLATION_CHOICES, IsolationUnavailable, Sandbox, SandboxConfig
-from .completions import FIELDS, CompletionsError, read_completions
+from .completions import FIELDS, CompletionsError, load_completions
 from .datasets import default_registry
 from .protocol import parse_ks, validate_ks
 from .report import markdown_table, write_reports
@@ -63,8 +63,10 @@ def run_score(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         bench = default_registry().load(args.benchmark, args.data)
-        comps = read_completions(args.completions, set(bench.by_id),
-                                 FIELDS if bench.kind == "code" else ("completion",))
+        # read once (a FIFO can be given), hashed as read for the fingerprint; lines bounded before they are held
+        completions = load_completions(args.completions, bench.by_id, FIELDS if bench.kind == "code" else
+                                       ("completion",), args.max_completion_bytes)
+        comps = completions.rows
         ks = parse_ks(args.k) if args.k is not None else None
         if ks is not None:  # missing samples count as wrong, so n = the distinct sample indices
             validate_ks(ks, len({c.sample for c in comps}))
@@ -73,7 +75,7 @@ def run_score(args: argparse.Namespace) -> int:
         return 2
     opts = ScoreOptions(workers=args.workers, cache_dir=args.cache_dir, allow_subset=args.allow_subset,
                         time_rule=time_rule(args), text_limit_s=args.text_limit, progress=not args.no_progress, ks=ks,
-                        alias_helpers=args.alias_helpers)
+                        alias_helpers=args.alias_helpers, max_completion_bytes=args.max_completion_bytes)
     sandbox = None
     try:
         if bench.kind == "code":  # no isolation: refused before --out is touched
@@ -81,7 +83,7 @@ def run_score(args: argparse.Namespace) -> int:
             hide = tuple(p for p in (args.data, args.cache_dir) if p)
             sandbox = Sandbox(SandboxConfig(memory_bytes=int(args.memory_gb * (1 << 30)), isolation=args.isolation,
                                             hide=hide))
-        claim_score_folder(args, bench)  # before any work: refuses an --out made with other settings
+        claim_score_folder(args, bench, completions.sha256)  # before any work: an --out made with other settings
     except (IsolationUnavailable, OSError, ValueError) as e:
         if sandbox is not None:
             sandbox.close()

@@ -116,6 +116,19 @@ def paper_lines(summary: dict) -> list[str]:
     return out
 
 
+def subset_line(summary: dict) -> str | None:
+    """The line that says the figures do not cover every problem of the benchmark: how many have no sample, what
+    they count as, and the flag that decides it; None when every problem has a sample."""
+    missing, total = summary.get("problems_missing", 0), summary.get("problems_in_benchmark", 0)
+    if not missing:
+        return None
+    if summary.get("settings", {}).get("allow_subset"):
+        return (f"**Subset:** {total - missing} of {total} {summary['benchmark']} problems scored; the {missing} "
+                "with no sample are left out of every figure (--allow-subset).")
+    return (f"**{missing} of {total} {summary['benchmark']} problems have no sample and count as wrong** in every "
+            "figure below; pass --allow-subset to score only the problems in the file.")
+
+
 def markdown_table(summary: dict) -> str:
     """A markdown table of the headline numbers (one column per reported pass@k), the paper figures they compare
     with, and the settings."""
@@ -124,6 +137,8 @@ def markdown_table(summary: dict) -> str:
     ks = [k for k in blocks[0][3].get("ks", []) if k != 1]
     title = summary.get("run_label")
     lines = [f"### {title}", ""] if title else []
+    subset = subset_line(summary)
+    lines += [subset, ""] if subset else []
     lines += ["| benchmark | tests | alias | pass@1 (%) | std across seeds | "
               + "".join(f"pass@{k} (%) | " for k in ks) + "problems | samples |",
               "|---|---|---|---|---|" + "---|" * len(ks) + "---|---|"]

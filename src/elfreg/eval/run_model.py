@@ -17,14 +17,14 @@ from pathlib import Path
 from elfreg.atomic import atomic_write_text
 from elfreg.bounds import COUNT
 from elfreg.cliargs import input_file, model_ref, output_dir
-from elfreg.fingerprint import FOLDER_FILE, add_restart_argument, claim, file_digest, model_identity, move_aside
+from elfreg.fingerprint import FOLDER_FILE, add_restart_argument, claim, model_identity, move_aside
 from elfreg.resources import check_fits, sampler_grid_need
 from elfreg.sampling.answers import answer_for
 from elfreg.sampling.exit import nfe_summary
 
 from ..sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig, TimeRule
 from .datasets import default_registry
-from .completions import Completion
+from .completions import MAX_COMPLETION_BYTES_RANGE, Completion
 from .protocol import parse_ks, protocol_names, resolve_runs
 from .report import combined_markdown, markdown_table, write_reports
 from .scoring import TEXT_LIMIT, TIME_RULE_RANGES, ScoreOptions, score_completions, workers_range
@@ -48,6 +48,11 @@ def add_code_scoring_arguments(p: argparse.ArgumentParser) -> None:
                    help="limit = max(min-time, time-factor x the reference solution's time) (EvalPlus: 4)")
     p.add_argument("--sample-cap", type=TIME_RULE_RANGES["sample_cap_s"].arg, default=TimeRule.sample_cap_s,
                    help="seconds per sample and test set, at most")
+    p.add_argument("--max-completion-bytes", type=MAX_COMPLETION_BYTES_RANGE.arg,
+                   default=ScoreOptions.max_completion_bytes,
+                   help="a sample longer than this (UTF-8 bytes) is scored wrong (code: fail) with no text work, its "
+                        f"row saying why (default {ScoreOptions.max_completion_bytes:,}: no model's answer comes "
+                        "near); a completions line may be 6x this plus 64 KiB")
     p.add_argument("--alias-helpers", action="store_true",
                    help="also score elfreg's helper-tolerant alias reading (a helper + the solution is aliased) in "
                         "its own column; never the paper's number (its rule: exactly one top-level function)")
@@ -64,25 +69,28 @@ def _data_identity(bench) -> str:
 
 
 def _verdict_settings(args: argparse.Namespace, bench) -> dict:
-    """The scoring flags that change verdicts: the per-sample text limit; for code, the time rule and memory limit."""
+    """The scoring flags that change verdicts: the per-sample text limit and completion size; for code, the time
+    rule and memory limit."""
+    text = {"text_limit": args.text_limit, "max_completion_bytes": args.max_completion_bytes}
     if bench.kind != "code":
-        return {"text_limit": args.text_limit}
-    return {"text_limit": args.text_limit, "min_time": args.min_time, "time_factor": args.time_factor,
+        return text
+    return {**text, "min_time": args.min_time, "time_factor": args.time_factor,
             "sample_cap": args.sample_cap, **({"memory_gb": args.memory_gb} if hasattr(args, "memory_gb") else {})}
 
 
-def score_settings(args: argparse.Namespace, bench) -> dict:
-    """The fingerprint of an `eval score` folder: benchmark, its data, the completions file, verdict flags (not
-    workers, progress, ks or isolation: each row records how it ran, and the report reads the rows)."""
-    return {"benchmark": bench.name, "data": _data_identity(bench), "completions": file_digest(args.completions),
+def score_settings(args: argparse.Namespace, bench, completions_sha256: str) -> dict:
+    """The fingerprint of an `eval score` folder: benchmark, its data, the completions file (the sha256 of the
+    bytes read, so the file is read once), verdict flags (not workers, progress, ks or isolation: each row records
+    how it ran, and the report reads the rows)."""
+    return {"benchmark": bench.name, "data": _data_identity(bench), "completions": completions_sha256,
             **_verdict_settings(args, bench)}
 
 
-def claim_score_folder(args: argparse.Namespace, bench) -> None:
+def claim_score_folder(args: argparse.Namespace, bench, completions_sha256: str) -> None:
     """Refuse an `eval score --out` made with other settings (RunMismatch); ``--restart`` moves its files aside."""
     out = Path(args.out)
     names = ("results.jsonl", "summary.json", "summary.md", FOLDER_FILE)
-    claim(out / FOLDER_FILE, score_settings(args, bench), [out / "results.jsonl"], args.restart,
+    claim(out / FOLDER_FILE, score_settings(args, bench, completions_sha256), [out / "results.jsonl"], args.restart,
           aside=[out / n for n in names])
 
 
@@ -268,7 +276,8 @@ def _one_run(args: argparse.Namespace, bench, problems, resolved, out: Path, san
               for k in range(resolved.values["samples"])]
     write_samples(bench, comps, out / "samples.jsonl")
     opts = ScoreOptions(workers=args.workers, allow_subset=args.limit is not None, time_rule=time_rule(args),
-                        text_limit_s=args.text_limit, progress=not args.no_progress, ks=resolved.values["ks"], alias_helpers=args.alias_helpers)
+                        text_limit_s=args.text_limit, progress=not args.no_progress, ks=resolved.values["ks"],
+                        alias_helpers=args.alias_helpers, max_completion_bytes=args.max_completion_bytes)
     summary = score_completions(bench, comps, out / "results.jsonl", opts, sandbox)
     summary.update(model=str(args.model), generation=generation_settings(gens_path), nfe=generation_nfe(gens_path),
                    samples_per_problem=resolved.values["samples"], problems=len(problems),
@@ -297,7 +306,8 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
                         {k: getattr(args, k, None) for k in ("sampler", "nfe", "rho", "samples", "w", "task")}
                         | {"ks": parse_ks(args.k) if args.k is not None else None})
     # bad limits fail before any work
-    ScoreOptions(workers=args.workers, time_rule=time_rule(args), text_limit_s=args.text_limit)
+    ScoreOptions(workers=args.workers, time_rule=time_rule(args), text_limit_s=args.text_limit,
+                 max_completion_bytes=args.max_completion_bytes)
     bench = registry.load(args.benchmark, args.data)
     for i, resolved in enumerate(runs):
         if resolved.values["w"] is None:  # a w preset by name (--task, else the benchmark kind's): record the number

@@ -25,7 +25,7 @@ from ..sandbox.oracle import dataset_of
 from .answers import extract_choice, extract_gsm8k, numbers_equal
 from .benchmark import Benchmark, Problem
 from .codeprep import ALIAS_MODES, ALIAS_RULE, looks_like_solution, prepare_code
-from .completions import Completion
+from .completions import MAX_COMPLETION_BYTES, Completion, check_max_completion_bytes, unknown_task_id
 from .mathcheck import verify_answer
 from .textpool import Outcome, TextPool
 
@@ -48,6 +48,12 @@ def workers_range() -> Range:
     return Range(1, max(2, usable_cpus()), integer=True, why="one per usable CPU")
 
 
+_LEAST_TEXT_MEMORY = 64 << 20  # below this a worker fails on ordinary samples (math-verify parses need tens of MB)
+# what the workers' warm-up runs (textpool.py): a benign sample, so math-verify, the sanitizer's parser and the
+# compiled expressions are loaded once, before any worker is forked
+_WARM_TEXT, _WARM_GOLD, _WARM_CODE = "The answer is $\\boxed{1}$.", "1", "def f():\n    return 1\n"
+
+
 @dataclass
 class ScoreOptions:
     """Settings recorded in every report."""
@@ -62,6 +68,11 @@ class ScoreOptions:
     progress: bool = True
     ks: tuple[int, ...] | None = None  # reported pass@k; None = the paper's ks that fit the samples (protocol.py)
     alias_helpers: bool = False  # code: also score elfreg's helper-tolerant alias reading, in its own column
+    # UTF-8 bytes of the largest sample scored: a larger one is wrong (code: fail) with no text work, saying why
+    max_completion_bytes: int = MAX_COMPLETION_BYTES
+    # what each text worker may allocate beyond what it inherits (RLIMIT_DATA, textpool.py); a sample past it is
+    # wrong, saying why. 1 GiB: a real sample needs a few MB; None: no limit
+    text_memory_bytes: int | None = 1 << 30
 
     @property
     def code_modes(self) -> tuple[str, ...]:
@@ -77,6 +88,10 @@ class ScoreOptions:
         if rule.sample_cap_s < rule.min_time_s:
             raise ValueError(f"ScoreOptions.time_rule.sample_cap_s: {rule.sample_cap_s:g} s is below min_time_s "
                              f"{rule.min_time_s:g} s: every test set would be cut before its own floor")
+        check_max_completion_bytes(self.max_completion_bytes)
+        if self.text_memory_bytes is not None and not self.text_memory_bytes >= _LEAST_TEXT_MEMORY:
+            raise ValueError(f"ScoreOptions.text_memory_bytes must be >= {_LEAST_TEXT_MEMORY:,} (64 MiB) or None, "
+                             f"got {self.text_memory_bytes}")
         if self.ks is not None:
             from .protocol import validate_ks
 
@@ -204,9 +219,9 @@ def score_program(bench: Benchmark, p: Problem, program: str, sandbox: Sandbox, 
 def _score_code(bench: Benchmark, p: Problem, c: Completion, prepared: Outcome, sandbox: Sandbox,
                 expected: ExpectedOutputs, rule: TimeRule, modes: tuple[str, ...] = ("noalias", "alias")) -> dict:
     """The results row of a code sample from its :func:`_prepare` outcome: each mode's program run on the tests."""
-    row: dict = {"task_id": c.task_id, "sample": c.sample, "alias_rule": ALIAS_RULE}
     if prepared.error is not None:  # preparing it failed or overran: every mode fails, saying why
-        return {**row, **{mode: {"base": "fail", "detail": prepared.error} for mode in modes}}
+        return _failed_code_row(c, prepared.error, modes)
+    row: dict = {"task_id": c.task_id, "sample": c.sample, "alias_rule": ALIAS_RULE}
     cache: dict[str, dict] = {}
     for mode in modes:
         got = prepared.value["programs"][mode]
@@ -239,6 +254,19 @@ def _score_code(bench: Benchmark, p: Problem, c: Completion, prepared: Outcome, 
     return row
 
 
+def _failed_code_row(c: Completion, why: str, modes: tuple[str, ...]) -> dict:
+    """The results row of a code sample that was not tested: every mode fails, saying ``why``."""
+    return {"task_id": c.task_id, "sample": c.sample, "alias_rule": ALIAS_RULE,
+            **{mode: {"base": "fail", "detail": why} for mode in modes}}
+
+
+def _over_size(c: Completion, limit: int) -> str | None:
+    """Why ``c`` is not read at all (its UTF-8 size is over ``limit``), or None."""
+    size = len(c.completion.encode("utf-8", "surrogatepass"))  # JSON may hold lone surrogates
+    return f"not scored: the sample is {size:,} bytes, over --max-completion-bytes {limit:,}" if size > limit \
+        else None
+
+
 def _reusable(row: dict, modes: tuple[str, ...]) -> bool:
     """A code row from an earlier run counts only if scored under today's alias rule in every wanted mode."""
     return row.get("alias_rule") == ALIAS_RULE and all(m in row for m in modes)
@@ -248,10 +276,26 @@ _STEPS = {"math": "math-verify", "gsm8k": "answer extraction", "choice": "answer
           "exact": "answer extraction"}  # how a text benchmark's per-sample work is named in time-limit details
 
 
+def _score_text_rows(bench: Benchmark, todo: list[Completion], opts: ScoreOptions, results: ResultsFile,
+                     bar: tqdm) -> None:
+    """Each text sample's verdict in the text pool, each row written as it finishes."""
+    if not todo:  # a resumed run with nothing left: no workers, no warm-up
+        return
+    tasks = ((c, _STEPS[bench.kind], "verdict", (c.completion, bench.by_id[c.task_id].answer or "")) for c in todo)
+    work = {"verdict": partial(_text_verdict, bench.kind, bench.answer_extractor, opts.math_timeout_s)}
+    warm = partial(work["verdict"], _WARM_TEXT, _WARM_GOLD)
+    with TextPool(work, opts.workers, opts.text_limit_s, opts.text_memory_bytes, warm) as pool:
+        for c, out in pool.run(tasks):
+            results.add(_text_row(bench, c, out))
+            bar.update()
+
+
 def _score_code_rows(bench: Benchmark, todo: list[Completion], sandbox: Sandbox, expected: ExpectedOutputs,
                      opts: ScoreOptions, results: ResultsFile, isolation: str | None, bar: tqdm) -> None:
     """Prepare each sample in the text pool, test its programs in ``opts.workers`` threads; write each row as it
     finishes, so a slow sample holds back no other."""
+    if not todo:
+        return
     running: set[Future] = set()
 
     def write(done: set[Future]) -> None:
@@ -260,7 +304,9 @@ def _score_code_rows(bench: Benchmark, todo: list[Completion], sandbox: Sandbox,
             bar.update()
 
     work = {"prepare": partial(_prepare, opts.code_modes)}
-    with TextPool(work, opts.workers, opts.text_limit_s) as pool, ThreadPoolExecutor(opts.workers) as ex:
+    warm = partial(work["prepare"], _WARM_CODE, "f", False, "", "solution", "")
+    with TextPool(work, opts.workers, opts.text_limit_s, opts.text_memory_bytes, warm) as pool, \
+            ThreadPoolExecutor(opts.workers) as ex:
         for c, prepared in pool.run(_prepare_task(c, bench.by_id[c.task_id]) for c in todo):
             running.add(ex.submit(_score_code, bench, bench.by_id[c.task_id], c, prepared, sandbox, expected,
                                   opts.time_rule, opts.code_modes))
@@ -280,27 +326,30 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
     opts = opts or ScoreOptions()
     unknown = [c for c in completions if c.task_id not in bench.by_id]
     if unknown:
-        raise ValueError(f"line {unknown[0].line}: unknown task_id {unknown[0].task_id!r} for {bench.name}")
+        raise ValueError(f"line {unknown[0].line}: {bench.name}: {unknown_task_id(unknown[0].task_id, bench.by_id)}")
     results = ResultsFile(results_path)
     todo = [c for c in completions if (c.task_id, c.sample) not in results.rows
             or bench.kind == "code" and not _reusable(results.rows[(c.task_id, c.sample)], opts.code_modes)]
+    sized = [(c, _over_size(c, opts.max_completion_bytes)) for c in todo]  # before any text work
+    too_big = [(c, why) for c, why in sized if why]
+    todo = [c for c, why in sized if not why]
     isolation = None
-    bar = tqdm(total=len(todo), disable=not opts.progress, desc=f"scoring {bench.name}")
+    bar = tqdm(total=len(todo) + len(too_big), disable=not opts.progress, desc=f"scoring {bench.name}")
     try:
         if bench.kind == "code":
             sandbox = sandbox or Sandbox()
             isolation = sandbox.isolation.describe()
+            for c, why in too_big:  # never prepared, never run
+                results.add(dict(_failed_code_row(c, why, opts.code_modes), isolation=isolation))
+                bar.update()
             expected = ExpectedOutputs(bench, sandbox, opts.cache_dir, opts.workers).load_or_compute(
                 opts.progress, only={c.task_id for c in todo})
             _score_code_rows(bench, todo, sandbox, expected, opts, results, isolation, bar)
         else:
-            tasks = ((c, _STEPS[bench.kind], "verdict", (c.completion, bench.by_id[c.task_id].answer or ""))
-                     for c in todo)
-            work = {"verdict": partial(_text_verdict, bench.kind, bench.answer_extractor, opts.math_timeout_s)}
-            with TextPool(work, opts.workers, opts.text_limit_s) as pool:
-                for c, out in pool.run(tasks):  # each row written as it finishes
-                    results.add(_text_row(bench, c, out))
-                    bar.update()
+            for c, why in too_big:
+                results.add(_text_row(bench, c, Outcome(error=why)))
+                bar.update()
+            _score_text_rows(bench, todo, opts, results, bar)
     finally:
         bar.close()
         results.close()
