@@ -164,6 +164,21 @@ class ElfModel:
     def device(self) -> torch.device:
         return self._device
 
+    # -- text in, text out ---------------------------------------------------------------------------------------
+    def generate(self, prompts: list[str], *, sampler: str = "early-stop", nfe: int = 64, samples: int = 1,
+                 seed: int = 0, task: str | None = None, **sampler_options) -> list[str] | list[list[str]]:
+        """Answers to ``prompts``: one text each, or a list of ``samples`` texts each when samples > 1.
+
+        The same noise keys, settings and outputs as ``elfreg generate`` (prompt i, sample s); each prompt goes in the
+        saved template; answers are cut at the response and the first EOS. ``task`` sets w and the adaptive exit's
+        answer; ``sampler_options``: other sampler settings (rho, w, sigma, ...; default sigma: the training one),
+        ``batch_size`` (16), ``batch_invariant`` (default per device), ``formatted=True`` (prompts used as given).
+        """
+        from elfreg.sampling.text import generate_texts
+
+        return generate_texts(self, prompts, sampler=sampler, nfe=nfe, samples=samples, seed=seed, task=task,
+                              **sampler_options)
+
     # -- the frozen encoder (inference) -------------------------------------------------------------------------
     @property
     def backbones(self):

@@ -86,14 +86,17 @@ def claim_score_folder(args: argparse.Namespace, bench) -> None:
 
 def run_settings(args: argparse.Namespace, bench, values: dict, model_id: str) -> dict:
     """The fingerprint of one `eval run` folder: model, benchmark and data, --limit and --long-prompts, every
-    sampler setting, the verdict flags. Not --samples (more samples extend a run: noise is f(seed, prompt,
-    sample)), --k, workers, batch size or device."""
+    sampler setting, batch invariance, the verdict flags. Not --samples (more samples extend a run: noise is f(seed,
+    prompt, sample)), --k, workers or device; nor the batch size while outputs are batch-invariant."""
     from elfreg.sampling.cli import sampler_config_from_args
+    from elfreg.sampling.invariance import invariance_settings, resolve_batch_invariant
 
     cfg = sampler_config_from_args(argparse.Namespace(**{**vars(args), **values}))
+    invariant = resolve_batch_invariant(getattr(args, "batch_invariant", None), _generation_device(args))
     return {"model": model_id, "benchmark": bench.name, "data": _data_identity(bench), "limit": args.limit,
             "long_prompts": args.long_prompts, "prompt_format": getattr(args, "prompt_format", "template"),
-            **dataclasses.asdict(cfg), "sigma": args.sigma, **_verdict_settings(args, bench)}
+            **dataclasses.asdict(cfg), "sigma": args.sigma, **_verdict_settings(args, bench),
+            **invariance_settings(invariant, getattr(args, "batch_size", None))}
 
 
 def claim_run_folders(args: argparse.Namespace, bench, runs: list, out: Path, write: bool) -> None:
@@ -207,14 +210,9 @@ def _cached_loader():
 
 def _generation_device(args: argparse.Namespace):
     """The device `elfreg generate` picks for these flags (``--device``, else cuda:LOCAL_RANK, else cpu)."""
-    import os
+    from elfreg.sampling.cli import generation_device
 
-    import torch
-
-    if args.device:
-        return torch.device(args.device)
-    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if torch.cuda.is_available() \
-        else torch.device("cpu")
+    return generation_device(args)
 
 
 def split_long_prompts(args: argparse.Namespace, bench, problems, load) -> tuple[list, dict]:
