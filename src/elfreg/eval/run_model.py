@@ -326,11 +326,32 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
         if sandbox is not None:
             sandbox.close()
     if len(runs) == 1:
+        _update_card(args.model, summaries[runs[0].label])
         print(markdown_table(summaries[runs[0].label]))
         return 0
     combined = {"benchmark": bench.name, "model": str(args.model), "protocol": args.protocol,
                 "runs": {label: s for label, s in summaries.items()},
                 "run_folders": {label: str(out / label) for label in summaries}}
     write_reports(combined, out)
+    _update_card(args.model, combined)
     print(combined_markdown(combined))
     return 0
+
+
+def _update_card(model: str, summary: dict) -> None:
+    """Add the run's results to the model card of a local model folder (elfreg.card.record_results); a hub id's
+    downloaded copy is not ours to change, and a folder we cannot write keeps its card (both logged)."""
+    import logging
+
+    from elfreg.card import record_results, summary_results
+
+    log = logging.getLogger(__name__)
+    if not Path(model).is_dir():
+        log.info("%s is not a local folder: its model card is not updated", model)
+        return
+    try:
+        path = record_results(model, summary_results(summary))
+    except OSError as exc:
+        log.warning("could not add the results to the model card in %s: %s", model, exc)
+        return
+    log.info("results added to the model card %s", path)
