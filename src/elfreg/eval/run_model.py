@@ -89,14 +89,15 @@ def run_settings(args: argparse.Namespace, bench, values: dict, model_id: str) -
     sampler setting, batch invariance, the verdict flags. Not --samples (more samples extend a run: noise is f(seed,
     prompt, sample)), --k, workers or device; nor the batch size while outputs are batch-invariant."""
     from elfreg.sampling.cli import sampler_config_from_args
-    from elfreg.sampling.invariance import invariance_settings, resolve_batch_invariant
+    from elfreg.sampling.invariance import invariance_settings, resolve_batch_invariant, scheme_for
 
     cfg = sampler_config_from_args(argparse.Namespace(**{**vars(args), **values}))
-    invariant = resolve_batch_invariant(getattr(args, "batch_invariant", None), _generation_device(args))
+    device = _generation_device(args)
+    invariant = resolve_batch_invariant(getattr(args, "batch_invariant", None), device)
     return {"model": model_id, "benchmark": bench.name, "data": _data_identity(bench), "limit": args.limit,
             "long_prompts": args.long_prompts, "prompt_format": getattr(args, "prompt_format", "template"),
             **dataclasses.asdict(cfg), "sigma": args.sigma, **_verdict_settings(args, bench),
-            **invariance_settings(invariant, getattr(args, "batch_size", None))}
+            **invariance_settings(invariant, getattr(args, "batch_size", None), scheme_for(invariant, device))}
 
 
 def claim_run_folders(args: argparse.Namespace, bench, runs: list, out: Path, write: bool) -> None:

@@ -19,7 +19,7 @@ from elfreg.sampling.config import GRIDS, SAMPLERS, W_PRESETS, SamplerConfig
 from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.results_io import read_records
-from elfreg.sampling.invariance import resolve_batch_invariant
+from elfreg.sampling.invariance import resolve_batch_invariant, scheme_for
 from elfreg.sampling.run import (PromptFile, claim_results_file, generate_to_file, generate_to_stream, inline_prompts,
                                  read_prompts)
 from elfreg.sampling.text import TASKS, build_pipeline, sampler_config
@@ -186,7 +186,7 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
         cfg = sampler_config_from_args(args)
         prompts = prompts_of(args)
         if not to_stdout and int(os.environ.get("RANK", "0")) == 0:  # before loading: an --out made with other settings is refused
-            claim_results_file(args, cfg, prompts, batch_invariant)
+            claim_results_file(args, cfg, prompts, batch_invariant, scheme_for(batch_invariant, device))
     except (ValueError, FileNotFoundError) as exc:
         print(f"elfreg generate: error: {error_line(exc, args)}", file=sys.stderr)
         return 2

@@ -107,7 +107,8 @@ def fingerprint_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.fingerprint.json")
 
 
-def generation_settings(args: Any, cfg: SamplerConfig, prompts: PromptFile, batch_invariant: bool = True) -> dict:
+def generation_settings(args: Any, cfg: SamplerConfig, prompts: PromptFile, batch_invariant: bool = True,
+                        scheme: str | None = None) -> dict:
     """What changes the samples of `elfreg generate`: the model, the prompts' bytes, every sampler setting
     (``sigma``: as given, None = the model's), batch invariance. Not --samples (noise is f(seed, prompt, sample):
     more samples extend a run), device or progress; nor the batch size while outputs are batch-invariant."""
@@ -116,15 +117,16 @@ def generation_settings(args: Any, cfg: SamplerConfig, prompts: PromptFile, batc
     return {"model": model_identity(args.model), "prompts": prompts.digest,
             "prompt_field": args.prompt_field, "prompt_format": getattr(args, "prompt_format", "template"),
             **dataclasses.asdict(cfg), "sigma": args.sigma,
-            **invariance_settings(batch_invariant, getattr(args, "batch_size", None))}
+            **invariance_settings(batch_invariant, getattr(args, "batch_size", None), scheme)}
 
 
-def claim_results_file(args: Any, cfg: SamplerConfig, prompts: PromptFile, batch_invariant: bool = True) -> None:
+def claim_results_file(args: Any, cfg: SamplerConfig, prompts: PromptFile, batch_invariant: bool = True,
+                       scheme: str | None = None) -> None:
     """Refuse an --out made with other settings (RunMismatch naming them); ``args.restart`` moves it, its part
     files and its fingerprint aside first."""
     out = Path(args.out)
     existing = [out, *_parts(out)]
-    claim(fingerprint_path(out), generation_settings(args, cfg, prompts, batch_invariant), existing,
+    claim(fingerprint_path(out), generation_settings(args, cfg, prompts, batch_invariant, scheme), existing,
           getattr(args, "restart", False), aside=[*existing, fingerprint_path(out)])
 
 
