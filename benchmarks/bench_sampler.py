@@ -151,7 +151,7 @@ def invariance_costs(cfg: BenchConfig, args: argparse.Namespace) -> None:
           + ", ".join(f"{s} {rows_differing(net, cfg, s, args.device)}" for s in schemes))
     print(f"{'batch':>5} " + " ".join(f"{s + ' s':>10}" for s in schemes) + "  " + " ".join(f"{s:>7}" for s in schemes[1:]))
     for batch in args.batch:
-        x, mask = inputs(cfg, batch, device=args.device)
+        x, mask = inputs(cfg, batch, prompt_len=cfg.max_len // 2, device=args.device)
         keys = [(i, 0) for i in range(batch)]
         scfg = SamplerConfig(sampler="early-stop", nfe=args.nfe, rho=8)
         best = {s: float("inf") for s in schemes}

@@ -41,6 +41,27 @@ def test_batch_invariance_on_cuda(sampler):
         assert _agreement(one.token_ids[0], big.token_ids[i]) >= 0.98
 
 
+@pytest.mark.parametrize("sampler", ["early-stop", "adaptive"])
+def test_the_cuda_invariance_scheme_is_bit_for_bit(sampler):
+    """`--batch-invariant` on CUDA (chunks of CUDA_CHUNK rows, elfreg.sampling.invariance): a row's states and
+    tokens are the same bits in batches of 1, 7, 16 and 19, first rows and last."""
+    from elfreg.sampling.invariance import apply_scheme
+
+    net = _student().cuda()
+    apply_scheme(net, "chunks")
+    x, mask = _inputs(net, 19)
+    x, mask = x.cuda(), mask.cuda()
+    keys = [(i, 1) for i in range(19)]
+    cfg = SamplerConfig(sampler=sampler, nfe=8, rho=4, seed=5)
+    alone = [sample(net, x[i:i + 1], mask[i:i + 1], cfg, keys[i:i + 1]) for i in range(19)]
+    for b in (7, 16, 19):
+        for start in (0, 19 - b):
+            out = sample(net, x[start:start + b], mask[start:start + b], cfg, keys[start:start + b])
+            for i in range(b):
+                assert torch.equal(out.text_state[i], alone[start + i].text_state[0]), (b, start, i)
+                assert torch.equal(out.token_ids[i], alone[start + i].token_ids[0]), (b, start, i)
+
+
 def test_cuda_samples_match_the_cpu():
     net = _student()
     x, mask = _inputs(net, 4)
