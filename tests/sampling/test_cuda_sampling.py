@@ -6,13 +6,11 @@ import json
 import pytest
 import torch
 
-from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
-from elfreg.demo.config import DemoStudent
-from elfreg.hub import ElfModel
 from elfreg.sampling.cli import cmd_generate, register
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.results_io import read_records
 from elfreg.sampling.samplers import sample
+from helpers import make_tiny_elf_model
 
 from .test_real_student import _inputs, _student  # the same tiny real student and inputs as on the CPU
 
@@ -76,20 +74,7 @@ def test_cuda_samples_match_the_cpu():
 
 def test_generate_end_to_end_on_a_demo_sized_model(tmp_path, tiny_lm_dir):
     """`elfreg generate --device cuda` with the demo's student sizes and a local encoder, against the CPU run."""
-    from transformers import AutoTokenizer
-
-    demo = DemoStudent()
-    tok = AutoTokenizer.from_pretrained(tiny_lm_dir)
-    cfg = ElfRegConfig(
-        model=model_preset("tiny", width=demo.width, depth=demo.depth, heads=demo.heads, repa_block=demo.repa_block,
-                           repa_hidden=demo.repa_hidden, bottleneck_dim=demo.bottleneck_dim, feature_dim=32,
-                           reg_dim=32, teacher_dim=32, vocab_size=len(tok), max_len=demo.canvas_len,
-                           max_prompt_len=demo.max_prompt_len),
-        backbones=BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=6, teacher=None, dtype="float32"))
-    torch.manual_seed(0)
-    model = ElfModel.new(cfg)
-    torch.nn.init.normal_(model.student.final_linear.weight, std=0.1)
-    folder = model.save_pretrained(tmp_path / "model")
+    folder = make_tiny_elf_model(tmp_path / "model", tiny_lm_dir)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n"
                                for p in ["what is 3 plus 4 ?", "sort a b c", "what is 9 minus 2 ?"]))

@@ -17,7 +17,6 @@ from elfreg.fingerprint import add_restart_argument
 from elfreg.sampling.answers import EXTRACTORS
 from elfreg.sampling.config import GRIDS, SAMPLERS, W_PRESETS, SamplerConfig
 from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
-from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.results_io import read_records
 from elfreg.sampling.invariance import resolve_batch_invariant, scheme_for
 from elfreg.sampling.run import (PromptFile, claim_results_file, generate_to_file, generate_to_stream, inline_prompts,
