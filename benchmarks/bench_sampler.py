@@ -2,6 +2,8 @@
 
 Run: PYTHONPATH=src python benchmarks/bench_sampler.py [--nfe 16] [--batch 1 16] [--threads 1]
      (GPU: add --device cuda --bf16)
+     PYTHONPATH=src python benchmarks/bench_sampler.py --invariance [--demo-size] [--batch 1 16 100]
+     (the batch-invariance schemes: each one's time / one plain pass, and whether each is invariant here)
 Prints, per sampler and batch size, the fastest of interleaved repeats of both and their ratio (goal
 <= 1.03x). The adaptive exit is timed with an answer that never settles, so every row runs its whole budget:
 its bare reference is the same calls (the budget's denoiser calls, its check decodes and the last decode), and
@@ -23,6 +25,7 @@ from torch import nn
 from elfreg.config import ModelConfig
 from elfreg.model.student import ElfStudent
 from elfreg.sampling import SamplerConfig, sample
+from elfreg.sampling.invariance import CUDA_CHUNK, SCHEMES, apply_scheme
 
 
 @dataclass
@@ -112,6 +115,54 @@ def seconds(fn) -> float:
     return time.perf_counter() - t0
 
 
+def rows_differing(net: nn.Module, cfg: BenchConfig, scheme: str, device: str, sizes=(1, 2, 5, 7, 16, 19)) -> int:
+    """Rows (of every batch size in ``sizes``, first and last rows) whose denoiser output differs in any bit from the
+    same row computed alone: 0 means the scheme is batch-invariant here."""
+    apply_scheme(net, scheme)
+    g = torch.Generator().manual_seed(0)
+    n = max(sizes)
+    z = torch.randn(n, cfg.max_len, cfg.feature_dim, generator=g).to(device)
+    t, w = torch.rand(n, generator=g).to(device), torch.full((n,), 3.0, device=device)
+    reg = torch.randn(n, cfg.reg_dim, generator=g).to(device)
+
+    def out(s: slice) -> torch.Tensor:
+        return net(z[s], torch.zeros_like(z[s]), t[s], w[s], reg=reg[s], reg_q=torch.zeros_like(reg[s])).x_hat
+
+    bad = 0
+    with torch.inference_mode():
+        alone = torch.cat([out(slice(i, i + 1)) for i in range(n)])
+        for b in sizes:
+            for start in (0, n - b):
+                got = out(slice(start, start + b))
+                bad += sum(not torch.equal(got[i], alone[start + i]) for i in range(b))
+    return bad
+
+
+def invariance_costs(cfg: BenchConfig, args: argparse.Namespace) -> None:
+    """Per batch size: early-stop sample() time of each scheme / one plain pass, interleaved, fastest of repeats;
+    and each scheme's rows differing from the row alone (0: invariant)."""
+    net, name = build_student(cfg)
+    torch.nn.init.normal_(net.final_linear.weight, std=0.1)   # a zero output map would hide every difference
+    net.to(args.device)
+    schemes = ["off", "rows", "layers", "chunks"]
+    print(f"network: {name}; canvas {cfg.max_len}, device {args.device}, torch threads {args.threads}, early-stop "
+          f"N = {args.nfe}; chunks of {CUDA_CHUNK} rows (the CUDA scheme) timed on this device too")
+    print("rows differing from the row alone (batches 1, 2, 5, 7, 16, 19; first and last rows): "
+          + ", ".join(f"{s} {rows_differing(net, cfg, s, args.device)}" for s in schemes))
+    print(f"{'batch':>5} " + " ".join(f"{s + ' s':>10}" for s in schemes) + "  " + " ".join(f"{s:>7}" for s in schemes[1:]))
+    for batch in args.batch:
+        x, mask = inputs(cfg, batch, prompt_len=cfg.max_len // 2, device=args.device)
+        keys = [(i, 0) for i in range(batch)]
+        scfg = SamplerConfig(sampler="early-stop", nfe=args.nfe, rho=8)
+        best = {s: float("inf") for s in schemes}
+        for _ in range(args.repeats):   # interleaved: the shared machine's load drifts hit every scheme alike
+            for s in schemes:
+                apply_scheme(net, s)
+                best[s] = min(best[s], seconds(lambda: sample(net, x, mask, scfg, keys)))
+        print(f"{batch:>5} " + " ".join(f"{best[s]:>10.3f}" for s in schemes) + "  "
+              + " ".join(f"{best[s] / best['off']:>6.2f}x" for s in schemes[1:]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nfe", type=int, default=16)
@@ -120,16 +171,22 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (GPU)")
-    ap.add_argument("--row-by-row", action="store_true",
-                    help="ElfStudent.row_by_row (what `elfreg generate` runs: batch-invariant samples)")
+    ap.add_argument("--scheme", default="off", choices=SCHEMES,
+                    help="the batch-invariance scheme the network runs in (elfreg.sampling.invariance; `elfreg "
+                         "generate` runs its device's: layers on the CPU)")
+    ap.add_argument("--invariance", action="store_true",
+                    help="instead: the cost of each batch-invariance scheme against one plain pass (below)")
+    ap.add_argument("--demo-size", action="store_true", help="the demo's student (4 x 64, canvas 30)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = BenchConfig()
+    cfg = BenchConfig(max_len=30, width=64) if args.demo_size else BenchConfig()
+    if args.invariance:
+        return invariance_costs(cfg, args)
     net, name = build_student(cfg)
     net.to(args.device)
-    net.row_by_row = args.row_by_row
+    apply_scheme(net, args.scheme)
     print(f"network: {name}; canvas {cfg.max_len}, device {args.device}, bf16 {args.bf16}, "
-          f"torch threads {args.threads}, row by row {args.row_by_row}")
+          f"torch threads {args.threads}, batch invariance {args.scheme}")
     print("ratio = whole sample / N bare calls; bookkeeping = the sampler with the network's outputs cached,")
     print("so 1 + bookkeeping / bare is the overhead ratio free of the shared CPU's load swings.")
     print(f"{'sampler':<11} {'batch':>5} {'N':>4} {'bare s':>9} {'sampler s':>10} {'ratio':>7} "

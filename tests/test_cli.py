@@ -366,7 +366,7 @@ def test_every_option_has_help_showing_its_default():
 
 def test_argument_errors_are_one_line(capsys):
     line = _one_line(capsys, "generate", "--model", "m")
-    assert line.startswith("elfreg generate: error: the following arguments are required: --prompts, --out")
+    assert line.startswith("elfreg generate: error: one of the arguments --prompts --prompt is required")
 
 
 def test_bad_input_value_error_is_one_line(capsys, files):
@@ -430,6 +430,7 @@ BASE_ARGV = {
                                   "{t}/r"],
     "elfreg data canvas-stats": ["--task", "math", "--input", "{t}/p.jsonl", "--tokenizer", "tok"],
     "elfreg data mmlu-train": ["--rationales", "{t}/p.jsonl", "--output", "{t}/o", "--report", "{t}/r"],
+    "elfreg serve": ["--model", "m"],
 }
 
 

@@ -21,7 +21,8 @@ def _model(tiny_lm_dir=None):
 def test_save_load_roundtrip(tmp_path):
     m = _model()
     folder = m.save_pretrained(tmp_path / "model")
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "stats.safetensors"]
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "model.safetensors",
+                                                        "stats.safetensors"]   # README.md: the model card
     assert json.loads((folder / "config.json").read_text())["model"]["width"] == 128
     back = ElfModel.from_pretrained(folder)
     assert back.config == m.config

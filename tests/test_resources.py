@@ -80,7 +80,7 @@ def test_inference_and_training_needs_grow_with_their_settings():
     m = model_preset("tiny")
     assert inference_need(m, 64, "cpu").total > inference_need(m, 8, "cpu").total
     assert inference_need(m, 8, "cpu", loaded=False).parts["parameters"] == 4 * student_parameters(m)
-    assert inference_need(m, 8, "cpu", row_by_row=False).total > inference_need(m, 8, "cpu").total
+    assert inference_need(m, 8, "cpu").total > inference_need(m, 8, "cpu", pass_rows=1).total
     run = RunConfig(model=m, train=TrainConfig(batch_size=64, optimizer="adamw", precision="fp32"))
     need = training_need(run, "cpu")
     assert need.parts["parameters"] == 4 * student_parameters(m)

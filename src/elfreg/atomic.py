@@ -36,6 +36,26 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     atomic_write(Path(path), lambda p: p.write_bytes(data))
 
 
+def umask() -> int:
+    """This process's umask (read without changing it where /proc tells it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def make_shareable(path: Path) -> None:
+    """Give a file written through a private temporary file the mode a plain ``open`` would (0644 under the usual
+    umask 022): atomic writes start from mkstemp's 0600, which teammates on a shared machine cannot read."""
+    os.chmod(path, 0o666 & ~umask())
+
+
 def append_line(path: Path, line: str) -> None:
     """Append one line with a single O_APPEND write, then fsync (a kill loses at most this line)."""
     data = (line.rstrip("\n") + "\n").encode()

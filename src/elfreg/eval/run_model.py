@@ -96,14 +96,18 @@ def claim_score_folder(args: argparse.Namespace, bench, completions_sha256: str)
 
 def run_settings(args: argparse.Namespace, bench, values: dict, model_id: str) -> dict:
     """The fingerprint of one `eval run` folder: model, benchmark and data, --limit and --long-prompts, every
-    sampler setting, the verdict flags. Not --samples (more samples extend a run: noise is f(seed, prompt,
-    sample)), --k, workers, batch size or device."""
+    sampler setting, batch invariance, the verdict flags. Not --samples (more samples extend a run: noise is f(seed,
+    prompt, sample)), --k, workers or device; nor the batch size while outputs are batch-invariant."""
     from elfreg.sampling.cli import sampler_config_from_args
+    from elfreg.sampling.invariance import invariance_settings, resolve_batch_invariant, scheme_for
 
     cfg = sampler_config_from_args(argparse.Namespace(**{**vars(args), **values}))
+    device = _generation_device(args)
+    invariant = resolve_batch_invariant(getattr(args, "batch_invariant", None), device)
     return {"model": model_id, "benchmark": bench.name, "data": _data_identity(bench), "limit": args.limit,
             "long_prompts": args.long_prompts, "prompt_format": getattr(args, "prompt_format", "template"),
-            **dataclasses.asdict(cfg), "sigma": args.sigma, **_verdict_settings(args, bench)}
+            **dataclasses.asdict(cfg), "sigma": args.sigma, **_verdict_settings(args, bench),
+            **invariance_settings(invariant, getattr(args, "batch_size", None), scheme_for(invariant, device))}
 
 
 def claim_run_folders(args: argparse.Namespace, bench, runs: list, out: Path, write: bool) -> None:
@@ -217,14 +221,9 @@ def _cached_loader():
 
 def _generation_device(args: argparse.Namespace):
     """The device `elfreg generate` picks for these flags (``--device``, else cuda:LOCAL_RANK, else cpu)."""
-    import os
+    from elfreg.sampling.cli import generation_device
 
-    import torch
-
-    if args.device:
-        return torch.device(args.device)
-    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if torch.cuda.is_available() \
-        else torch.device("cpu")
+    return generation_device(args)
 
 
 def split_long_prompts(args: argparse.Namespace, bench, problems, load) -> tuple[list, dict]:
@@ -342,11 +341,32 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
         if sandbox is not None:
             sandbox.close()
     if len(runs) == 1:
+        _update_card(args.model, summaries[runs[0].label])
         print(markdown_table(summaries[runs[0].label]))
         return 0
     combined = {"benchmark": bench.name, "model": str(args.model), "protocol": args.protocol,
                 "runs": {label: s for label, s in summaries.items()},
                 "run_folders": {label: str(out / label) for label in summaries}}
     write_reports(combined, out)
+    _update_card(args.model, combined)
     print(combined_markdown(combined))
     return 0
+
+
+def _update_card(model: str, summary: dict) -> None:
+    """Add the run's results to the model card of a local model folder (elfreg.card.record_results); a hub id's
+    downloaded copy is not ours to change, and a folder we cannot write keeps its card (both logged)."""
+    import logging
+
+    from elfreg.card import record_results, summary_results
+
+    log = logging.getLogger(__name__)
+    if not Path(model).is_dir():
+        log.info("%s is not a local folder: its model card is not updated", model)
+        return
+    try:
+        path = record_results(model, summary_results(summary))
+    except OSError as exc:
+        log.warning("could not add the results to the model card in %s: %s", model, exc)
+        return
+    log.info("results added to the model card %s", path)

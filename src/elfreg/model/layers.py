@@ -9,6 +9,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+def by_row(fn, x: Tensor, on: bool = True) -> Tensor:
+    """``fn(x)``, or with ``on`` ``fn`` on each slice of x's first dimension alone, concatenated.
+
+    For the kernels whose result for one row depends on how many rows the call holds (docs/sampling.md, "Batch
+    invariance"): a GEMM's kernel and thread split follow its row count, and a transcendental elementwise op (silu,
+    gelu, cos) rounds the elements at a thread's share's end in a scalar loop. Alone, a row meets the same kernel on
+    the same shape in any batch; the row-wise kernels (norms, softmax, attention's per-head products) need no loop.
+    """
+    if not on or x.shape[0] == 1:
+        return fn(x)
+    return torch.cat([fn(x[i:i + 1]) for i in range(x.shape[0])])
+
+
 def init_linear(layer: nn.Linear) -> nn.Linear:
     """Xavier-uniform weight and zero bias, the reference initialisation of every Linear."""
     nn.init.xavier_uniform_(layer.weight)
@@ -99,10 +112,10 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, eps)
         self.proj = init_linear(nn.Linear(width, width, bias=True))
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """x (B, S, width) -> (B, S, width)."""
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, row_local: bool = False) -> Tensor:
+        """x (B, S, width) -> (B, S, width); ``row_local``: the projections row by row (``by_row``)."""
         b, s, _ = x.shape
-        qkv = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qkv = by_row(self.qkv, x, row_local).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         keep = torch.float32 if x.device.type == "cpu" else None
         # q_norm / k_norm, then RoPE, on q and k stacked: the values of each on its own in half the ops
         w = torch.stack((self.q_norm.weight, self.k_norm.weight)).float().view(2, 1, 1, 1, -1)
@@ -110,7 +123,7 @@ class Attention(nn.Module):
         q, k = apply_rope(qk.to(qkv.dtype), cos, sin, keep)
         v = qkv[2]
         out = attention(q, k, v).to(v.dtype)
-        return self.proj(out.transpose(1, 2).reshape(b, s, -1))
+        return by_row(self.proj, out.transpose(1, 2).reshape(b, s, -1), row_local)
 
 
 class SwiGLU(nn.Module):
@@ -121,7 +134,11 @@ class SwiGLU(nn.Module):
         self.w12 = init_linear(nn.Linear(width, 2 * hidden, bias=True))
         self.w3 = init_linear(nn.Linear(hidden, width, bias=True))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, row_local: bool = False) -> Tensor:
+        """``row_local``: the whole MLP row by row (``by_row``: its GEMMs and silu)."""
+        return by_row(self._mlp, x, row_local)
+
+    def _mlp(self, x: Tensor) -> Tensor:
         a, b = self.w12(x).chunk(2, dim=-1)
         return self.w3(F.silu(a) * b)
 
@@ -136,9 +153,9 @@ class Block(nn.Module):
         self.norm2 = RMSNorm(width, eps)
         self.mlp = SwiGLU(width, mlp_hidden)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        x = x + self.attn(self.norm1(x), cos, sin)
-        return x + self.mlp(self.norm2(x))
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, row_local: bool = False) -> Tensor:
+        x = x + self.attn(self.norm1(x), cos, sin, row_local)
+        return x + self.mlp(self.norm2(x), row_local)
 
 
 FREQ_DIM = 256   # sinusoidal features of a ScalarEmbedder (t, w)
@@ -163,8 +180,8 @@ class ScalarEmbedder(nn.Module):
         args = s.float()[:, None] * freqs[None]
         return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
 
-    def forward(self, s: Tensor) -> Tensor:
-        return self.mlp(self.features(s))
+    def forward(self, s: Tensor, row_local: bool = False) -> Tensor:
+        return by_row(lambda v: self.mlp(self.features(v)), s, row_local)
 
 
 class RepaProjector(nn.Module):

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from elfreg.config import ModelConfig
-from elfreg.model.layers import Block, RepaProjector, RMSNorm, ScalarEmbedder, init_linear, rope_tables
+from elfreg.model.layers import Block, RepaProjector, RMSNorm, ScalarEmbedder, by_row, init_linear, rope_tables
 
 
 @dataclass
@@ -70,11 +70,14 @@ class ElfStudent(nn.Module):
             self.register_buffer("head_ids", torch.tensor(cfg.head_token_ids, dtype=torch.long), persistent=False)
         self.repa_projector = RepaProjector(h, cfg.repa_hidden, cfg.teacher_dim) if cfg.repa else None
         self.grad_checkpointing = False
-        # True (set by the generation pipeline): in eval mode each batch row is computed alone (``_forward_by_row``),
-        # so a row's outputs never depend on the other rows of the call. False: one pass for the whole batch, several
-        # times faster for a tiny student at a large batch, but the last bits, and after many sampler steps rarely a
-        # token, then depend on the batch size (docs/sampling.md, "Batch invariance").
-        self.row_by_row = False
+        # Batch invariance in eval mode (set by the generation pipeline; docs/sampling.md, "Batch invariance"):
+        # 0: one pass for the whole batch (a row's last bits, and after many sampler steps rarely a token, then
+        # depend on the batch size); G >= 1: the batch runs in chunks of exactly G rows (the last padded with zero
+        # rows), so every call the kernels see has one shape whatever the batch (``_forward_in_chunks``). G = 1 is
+        # row by row. row_local_layers: one pass, but the layers whose kernels depend on the row count (GEMMs, silu,
+        # gelu, cos) run each row alone (``layers.by_row``): invariant at a fraction of the row-by-row cost on the CPU.
+        self.invariant_rows = 0
+        self.row_local_layers = False
         self._rope_cache: dict = {}
 
     # -- pieces -------------------------------------------------------------------------------------------------
@@ -92,8 +95,13 @@ class ElfStudent(nn.Module):
             d = self.config.feature_dim
             return m[:, :d], m[:, d:], bott @ self.self_cond_proj.bias
 
-    def _input_path(self, z: Tensor, q: Tensor, weights: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
-        """[z, q] (.., d) each -> (.., H) through self_cond_proj and the bottleneck, in fp32; q=None means 0."""
+    def _input_path(self, z: Tensor, q: Tensor, weights: tuple[Tensor, Tensor, Tensor] | None = None,
+                    row_local: bool = False) -> Tensor:
+        """[z, q] (.., d) each -> (.., H) through self_cond_proj and the bottleneck, in fp32; q=None means 0;
+        ``row_local``: each row of the first dimension alone (``layers.by_row``)."""
+        if row_local and z.shape[0] > 1:
+            return torch.cat([self._input_path(z[i:i + 1], None if q is None else q[i:i + 1], weights)
+                              for i in range(z.shape[0])])
         m_z, m_q, c = weights if weights is not None else self._input_weights()
         with torch.autocast(z.device.type, enabled=False):
             u = F.linear(z.float(), m_z, c)
@@ -151,27 +159,56 @@ class ElfStudent(nn.Module):
         if cfg.extra_token == "reg" and reg is not None and reg.shape != (b, cfg.reg_dim):
             raise ValueError(f"reg must have shape ({b}, {cfg.reg_dim}), got {tuple(reg.shape)}")
         weights = self._input_weights()
-        if self.training or not self.row_by_row:
-            return self._forward(z, q, t, w, reg, reg_q, decoder, repa, weights)
-        return self._forward_by_row(z, q, t, w, reg, reg_q, decoder, repa, weights)
+        if self.training or not self.invariant_rows:
+            return self._forward(z, q, t, w, reg, reg_q, decoder, repa, weights,
+                                 row_local=self.row_local_layers and not self.training)
+        return self._forward_in_chunks(self.invariant_rows, z, q, t, w, reg, reg_q, decoder, repa, weights)
 
-    def _forward_by_row(self, z: Tensor, q: Tensor, t: Tensor, w: Tensor, reg: Tensor | None, reg_q: Tensor | None,
-                        decoder: bool | Tensor, repa: bool, weights: tuple[Tensor, Tensor, Tensor]) -> StudentOutput:
-        """``_forward`` on each batch row alone, from inputs in memory of its own, outputs concatenated.
+    @property
+    def row_by_row(self) -> bool:
+        """Each row computed alone in eval mode (``invariant_rows == 1``)."""
+        return self.invariant_rows == 1
+
+    @row_by_row.setter
+    def row_by_row(self, on: bool) -> None:
+        self.invariant_rows = 1 if on else 0
+
+    def _forward_in_chunks(self, size: int, z: Tensor, q: Tensor, t: Tensor, w: Tensor, reg: Tensor | None,
+                           reg_q: Tensor | None, decoder: bool | Tensor, repa: bool,
+                           weights: tuple[Tensor, Tensor, Tensor]) -> StudentOutput:
+        """``_forward`` on chunks of exactly ``size`` rows (the last padded with zero rows), each from inputs in
+        memory of its own; the real rows' outputs concatenated.
 
         Why (docs/sampling.md, "Batch invariance"): in one pass over the batch, the BLAS picks its GEMM kernel by the
         row count and splits rows over threads, and elementwise kernels (silu, exp) give the elements at the end of
         each thread's share to a scalar loop that rounds differently; all of that moves with the batch size, and
-        after 64 sampler steps some argmaxes flipped. Alone, a row is always the same calls on the same shapes.
+        after 64 sampler steps some argmaxes flipped. In chunks of one shape, a call is always the same kernels on the
+        same shapes; whether a row's result also does not depend on its place in the chunk is the kernels' affair
+        (``elfreg.sampling.invariance`` checks it before using size > 1). Decoder rows given as a mask get the vocab
+        head over the whole chunk, so its shape is fixed too.
         """
-        def row(a: Tensor | None, i: int) -> Tensor | None:
-            return None if a is None else a[i:i + 1].clone()
+        def chunk(a: Tensor | None, s: slice, n: int, fill: float = 0.0) -> Tensor | None:
+            if a is None:
+                return None
+            part = a[s].clone()
+            if n == size:
+                return part
+            return torch.cat([part, part.new_full((size - n, *part.shape[1:]), fill)])
 
         outs = []
-        for i in range(z.shape[0]):
-            dec = decoder[i:i + 1].clone() if isinstance(decoder, Tensor) else decoder
-            outs.append(self._forward(row(z, i), row(q, i), row(t, i), row(w, i), row(reg, i), row(reg_q, i), dec,
-                                      repa, weights))
+        for start in range(0, z.shape[0], size):
+            s = slice(start, start + size)
+            n = z[s].shape[0]
+            dec = chunk(decoder, s, n, False) if isinstance(decoder, Tensor) else decoder
+            out = self._forward(chunk(z, s, n), chunk(q, s, n), chunk(t, s, n), chunk(w, s, n), chunk(reg, s, n),
+                                chunk(reg_q, s, n), dec, repa, weights, whole_head=size > 1)
+            for name in ("x_hat", "reg_hat", "repa_hidden", "repa_extra"):
+                value = getattr(out, name)
+                if value is not None:
+                    setattr(out, name, value[:n])
+            if out.logits is not None:   # a mask's decoder rows are the first rows of the chunk's mask: keep the real
+                out.logits = out.logits[:n] if not isinstance(dec, Tensor) else out.logits[: int(dec[:n].sum())]
+            outs.append(out)
 
         def cat(name: str) -> Tensor | None:
             parts = [getattr(o, name) for o in outs if getattr(o, name) is not None]
@@ -181,14 +218,18 @@ class ElfStudent(nn.Module):
                              repa_hidden=cat("repa_hidden"), repa_extra=cat("repa_extra"))
 
     def _forward(self, z: Tensor, q: Tensor, t: Tensor, w: Tensor, reg: Tensor | None, reg_q: Tensor | None,
-                 decoder: bool | Tensor, repa: bool, weights: tuple[Tensor, Tensor, Tensor]) -> StudentOutput:
-        """The network on a batch in one pass (``forward`` has checked the shapes)."""
+                 decoder: bool | Tensor, repa: bool, weights: tuple[Tensor, Tensor, Tensor],
+                 whole_head: bool = False, row_local: bool = False) -> StudentOutput:
+        """The network on a batch in one pass (``forward`` has checked the shapes); ``whole_head``: a decoder mask's
+        logits come from the vocab head over every row (a fixed shape), then the mask's rows; ``row_local``: the
+        layers whose kernels depend on the row count run each row alone (``layers.by_row``)."""
         cfg = self.config
         b, length, _ = z.shape
-        x = self._input_path(z, q, weights)
+        rl = row_local
+        x = self._input_path(z, q, weights, rl)
         with torch.autocast(z.device.type, enabled=False):
-            t_tok = self.time_tokens + self.t_embedder(t)[:, None]
-            w_tok = self.w_tokens + self.w_embedder(w)[:, None]
+            t_tok = self.time_tokens + self.t_embedder(t, rl)[:, None]
+            w_tok = self.w_tokens + self.w_embedder(w, rl)[:, None]
         gate = decoder.to(x.dtype) if isinstance(decoder, Tensor) else torch.full((b,), float(decoder), device=z.device)
         mode_tok = self.mode_tokens * gate.reshape(b, 1, 1).to(x.dtype)
         parts = [t_tok.expand(b, -1, -1), w_tok.expand(b, -1, -1), mode_tok]
@@ -196,8 +237,8 @@ class ElfStudent(nn.Module):
         if cfg.extra_token == "reg" and reg is not None:
             rq = torch.zeros_like(reg) if reg_q is None else reg_q
             with torch.autocast(z.device.type, enabled=False):
-                r_d = self.reg_in(torch.cat([reg, rq]).float())
-            parts.append(self._input_path(r_d[:b], r_d[b:], weights)[:, None])
+                r_d = by_row(self.reg_in, torch.cat([reg, rq]).float(), rl)
+            parts.append(self._input_path(r_d[:b], r_d[b:], weights, rl)[:, None])
             has_extra = True
         elif cfg.extra_token == "olt":
             parts.append(self.olt_token.expand(b, -1, -1))
@@ -212,7 +253,7 @@ class ElfStudent(nn.Module):
             if self.grad_checkpointing and self.training:
                 seq = torch.utils.checkpoint.checkpoint(block, seq, cos, sin, use_reentrant=False)
             else:
-                seq = block(seq, cos, sin)
+                seq = block(seq, cos, sin, rl)
             if repa and i + 1 == cfg.repa_block:
                 repa_state = seq
 
@@ -222,15 +263,17 @@ class ElfStudent(nn.Module):
             # the text and the REG token through final_linear apart: slicing the H-wide states is cheap, slicing its
             # d-wide output cost a (B, L, d) zero-fill and copy in the backward pass
             h = self.final_norm(seq[:, cfg.num_prefix:].float())
-            x_hat = self.final_linear(h[:, int(has_extra):])
+            x_hat = by_row(self.final_linear, h[:, int(has_extra):], rl)
             if cfg.extra_token == "reg" and has_extra:
-                reg_hat = self.reg_out(self.final_linear(h[:, 0]))
+                reg_hat = by_row(lambda v: self.reg_out(self.final_linear(v)), h[:, 0], rl)
         logits = None
         if isinstance(decoder, Tensor):
-            if decoder.any():
-                logits = self.vocab_logits(text[decoder])
+            if whole_head and decoder.any():
+                logits = by_row(self.vocab_logits, text, rl)[decoder]
+            elif decoder.any():
+                logits = by_row(self.vocab_logits, text[decoder], rl)
         elif decoder:
-            logits = self.vocab_logits(text)
+            logits = by_row(self.vocab_logits, text, rl)
         out = StudentOutput(x_hat=x_hat, reg_hat=reg_hat, logits=logits)
         if repa_state is not None:
             out.repa_hidden = repa_state[:, n_skip:]

@@ -1,4 +1,5 @@
-"""`elfreg generate`: prompts JSONL -> one results line per sample, resumable, sharded over torch.distributed ranks."""
+"""`elfreg generate`: prompts JSONL (a file, or stdin with ``--prompts -``) or ``--prompt TEXT`` -> one results line per
+sample, into ``--out`` (resumable, sharded over torch.distributed ranks) or to stdout (JSONL, or the answers' text)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,18 @@ import torch
 from elfreg.cliargs import device, error_line, input_file, model_ref, output_file
 from elfreg.fingerprint import add_restart_argument
 from elfreg.resources import check_fits, sampler_grid_need
-from elfreg.sampling.answers import EXTRACTORS, TASK_EXTRACTORS, answer_for
+from elfreg.sampling.answers import EXTRACTORS
 from elfreg.sampling.config import (BATCH, EXIT_RANGES, GRIDS, SAMPLER_RANGES, SAMPLERS, SAMPLES, W_PRESETS,
-                                    SamplerConfig, task_w)
+                                    SamplerConfig)
 from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
-from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.results_io import read_records
-from elfreg.sampling.run import claim_results_file, generate_to_file, read_prompts
+from elfreg.sampling.invariance import resolve_batch_invariant, scheme_for
+from elfreg.sampling.run import (PromptFile, claim_results_file, generate_to_file, generate_to_stream, inline_prompts,
+                                 read_prompts)
+from elfreg.sampling.text import TASKS, build_pipeline, sampler_config
 
 PROMPT_FORMATS = ("template", "raw")
-# --task names a task: its w preset (else w = 3) and its answer extractor (else the whole text).
-TASKS = tuple(sorted(set(W_PRESETS) | set(TASK_EXTRACTORS)))
+OUTPUT_FORMATS = ("text", "jsonl")
 
 
 def _presets_text() -> str:
@@ -41,11 +43,18 @@ def register(subparsers: Any) -> None:
                               description=__doc__)
     p.add_argument("--model", required=True, type=model_ref,
                    help="model folder or hub id (ElfModel.from_pretrained)")
-    p.add_argument("--prompts", required=True, type=input_file,
-                   help="JSONL file, one object with a 'prompt' string per line")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompts", type=prompts_file,
+                       help="JSONL file, one object with a 'prompt' string per line; '-' reads the lines from stdin")
+    given.add_argument("--prompt", action="append", metavar="TEXT",
+                       help="one prompt given inline (repeat for more): prompt i of the run is the i-th --prompt")
     p.add_argument("--prompt-field", default="prompt", help="JSON field holding the prompt text")
-    p.add_argument("--out", required=True, type=output_file,
-                   help="results JSONL file (appended; existing samples are skipped)")
+    p.add_argument("--out", default=None, type=output_file,
+                   help="results JSONL file (appended; existing samples are skipped; the run resumes). Without it, "
+                        "the results go to stdout (see --format) and logs to stderr")
+    p.add_argument("--format", default=None, choices=OUTPUT_FORMATS, dest="output_format",
+                   help="stdout without --out: text (each answer, then a newline; the default with --prompt) or "
+                        "jsonl (one result record per line, as --out writes them; the default with --prompts)")
     add_sampler_arguments(p)
     add_restart_argument(p)
     p.set_defaults(func=cmd_generate)
@@ -83,6 +92,10 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=SAMPLER_RANGES["seed"].arg, default=0,
                    help="generation seed; sample noise = f(seed, prompt, sample)")
     p.add_argument("--batch-size", type=BATCH.arg, default=16, help="rows per network call")
+    p.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction, default=None,
+                   help="a sample does not depend on the other rows of its batch, nor on --batch-size (default: on; "
+                        "docs/sampling.md, 'Batch invariance'); --no-batch-invariant batches rows into one pass "
+                        "(faster; samples then depend on the batch, so --batch-size joins the run's fingerprint)")
     p.add_argument("--device", default=None, type=device, help="cpu, cuda, cuda:1 (default: cuda if available)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--prompt-format", default="template", choices=PROMPT_FORMATS,
@@ -92,11 +105,14 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
 
 def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
     """SamplerConfig from parsed arguments (ValueError naming the field on bad input)."""
-    w = args.w if args.w is not None else task_w(args.task)
-    sigma = SamplerConfig.sigma if args.sigma is None else args.sigma
-    return SamplerConfig(sampler=args.sampler, nfe=args.nfe, rho=args.rho, grid=args.grid, p=args.p, eta=args.eta,
-                         w=w, sigma=sigma, drop_reg=args.drop_reg, seed=args.seed, check_every=args.check_every,
-                         patience=args.patience, min_nfe=args.min_nfe, extract=args.extract or answer_for(args.task))
+    return sampler_config(task=args.task, w=args.w, extract=args.extract, sigma=args.sigma, sampler=args.sampler,
+                          nfe=args.nfe, rho=args.rho, grid=args.grid, p=args.p, eta=args.eta, drop_reg=args.drop_reg,
+                          seed=args.seed, check_every=args.check_every, patience=args.patience, min_nfe=args.min_nfe)
+
+
+def prompts_file(text: str) -> str:
+    """``--prompts``: an existing file (cliargs.input_file), or ``-`` for stdin."""
+    return text if text == "-" else input_file(text)
 
 
 @dataclass
@@ -142,17 +158,40 @@ def load_elf_model(model_dir: str, device: torch.device, prompt_format: str = "t
                        prompt_template=None if raw else model.prompt_template)
 
 
+def generation_device(args: argparse.Namespace) -> torch.device:
+    """The device generation runs on: ``--device``, else cuda:LOCAL_RANK when CUDA is there, else the CPU."""
+    if getattr(args, "device", None):
+        return torch.device(args.device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def prompts_of(args: argparse.Namespace) -> PromptFile:
+    """The run's prompts: the --prompt texts, else the --prompts file (or stdin)."""
+    if getattr(args, "prompt", None):
+        return inline_prompts(args.prompt)
+    return read_prompts(args.prompts, args.prompt_field)
+
+
 def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], LoadedModel] = load_elf_model) -> int:
     """Run `elfreg generate`; returns an exit code (2 for bad input, found before any generation)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    to_stdout = args.out is None
+    device = generation_device(args)
+    batch_invariant = resolve_batch_invariant(getattr(args, "batch_invariant", None), device)
     try:
         SAMPLES.check(args.samples, "--samples")
         BATCH.check(args.batch_size, "--batch-size")
+        if to_stdout and world > 1:
+            raise ValueError("--out: a run over several processes (WORLD_SIZE > 1) writes into a file; give --out")
+        if getattr(args, "output_format", None) and not to_stdout:
+            raise ValueError("--format: chooses what goes to stdout without --out; --out is always JSONL")
         cfg = sampler_config_from_args(args)
         check_fits(sampler_grid_need(cfg, args.batch_size))   # the grids live on the CPU: known before loading
-        prompts = read_prompts(args.prompts, args.prompt_field)
-        if int(os.environ.get("RANK", "0")) == 0:  # before loading: an --out made with other settings is refused
-            claim_results_file(args, cfg)
+        prompts = prompts_of(args)
+        if not to_stdout and int(os.environ.get("RANK", "0")) == 0:  # before loading: an --out made with other settings is refused
+            claim_results_file(args, cfg, prompts, batch_invariant, scheme_for(batch_invariant, device))
     except (ValueError, FileNotFoundError) as exc:
         print(f"elfreg generate: error: {error_line(exc, args)}", file=sys.stderr)
         return 2
@@ -161,25 +200,25 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
         torch.distributed.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
     if world > 1:
         rank = torch.distributed.get_rank()
-    if args.device:
-        device = torch.device(args.device)
-    elif torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    else:
-        device = torch.device("cpu")
     prompt_format = getattr(args, "prompt_format", "template")
     loaded = load(args.model, device, prompt_format)
     if args.sigma is None and loaded.sigma is not None:
         cfg = dataclasses.replace(cfg, sigma=loaded.sigma)
-    pipeline = GenerationPipeline(loaded.network, loaded.encoder, loaded.tokenizer, cfg, batch_size=args.batch_size,
-                                  max_prompt_len=loaded.max_prompt_len,
-                                  record_extra={"prompt_format": prompt_format,
-                                                "prompt_template": loaded.prompt_template})
+    pipeline = build_pipeline(loaded.network, loaded.encoder, loaded.tokenizer, cfg, batch_size=args.batch_size,
+                              max_prompt_len=loaded.max_prompt_len, prompt_format=prompt_format,
+                              prompt_template=loaded.prompt_template, batch_invariant=batch_invariant)
     try:
         pipeline.validate(prompts.prompts, prompts.source, prompts.lines)
     except ValueError as exc:
         print(f"elfreg generate: error: {error_line(exc, args)}", file=sys.stderr)
         return 2
+    if to_stdout:
+        fmt = getattr(args, "output_format", None) or ("text" if getattr(args, "prompt", None) else "jsonl")
+        records = generate_to_stream(pipeline, prompts, sys.stdout, args.samples, fmt, progress=not args.no_progress)
+        spent = nfe_summary([r["nfe_spent"] for r in records])
+        print(f"elfreg generate: {len(records)} samples -> stdout; NFE per sample: {format_nfe_summary(spent)}",
+              file=sys.stderr)
+        return 0
     try:
         n = generate_to_file(pipeline, prompts, args.out, args.samples, rank=rank, world=world,
                              progress=not args.no_progress)

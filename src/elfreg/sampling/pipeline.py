@@ -43,16 +43,19 @@ class PromptEncoder(Protocol):
 
 
 def check_sampling_fits(network: StudentLike, cfg: SamplerConfig, batch_size: int, device: torch.device,
-                        row_by_row: bool = True) -> None:
+                        scheme: str | None = None) -> None:
     """DoesNotFit (a ValueError naming the settings) when sampling ``batch_size`` rows cannot fit in memory: the
-    master grids, and for an ElfStudent its states and forward pass (elfreg.resources; the student is loaded)."""
+    master grids, and for an ElfStudent its states and forward pass in the batch-invariance ``scheme`` (None: the
+    device's default; elfreg.resources; the student is loaded)."""
     from elfreg.config import ModelConfig
     from elfreg.resources import check_fits, inference_need, sampler_grid_need
+    from elfreg.sampling.invariance import pass_rows, scheme_for
 
     needs = [sampler_grid_need(cfg, batch_size)]
     config = getattr(network, "config", None)
     if isinstance(config, ModelConfig):
-        needs.append(inference_need(config, batch_size, str(device), row_by_row=row_by_row))
+        scheme = scheme_for(True, device) if scheme is None else scheme
+        needs.append(inference_need(config, batch_size, str(device), pass_rows=pass_rows(scheme, batch_size)))
     check_fits(*needs)
 
 
@@ -84,15 +87,20 @@ class GenerationPipeline:
     def __init__(self, network: StudentLike, encoder: PromptEncoder, tokenizer: Any, cfg: SamplerConfig,
                  batch_size: int = 16, max_prompt_len: int | None = None,
                  record_extra: dict[str, Any] | None = None, batch_invariant: bool = True) -> None:
-        """batch_invariant: put a network that has the switch (ElfStudent.row_by_row) in its row-by-row mode, so a
-        sample does not depend on the batch size or the number of processes (docs/sampling.md, "Batch
-        invariance"); False batches rows into one pass (faster on a GPU, outputs then depend on the batch)."""
+        """batch_invariant: put a network that has the switches (ElfStudent) in its device's invariance scheme
+        (elfreg.sampling.invariance), so a sample does not depend on the batch size or the number of processes
+        (docs/sampling.md, "Batch invariance"); False batches rows into one plain pass (faster; outputs then
+        depend on the batch)."""
+        from elfreg.sampling.invariance import apply_scheme, scheme_for
+
         if batch_size < 1:
             raise ValueError(f"batch_size: need >= 1, got {batch_size}")
         if tokenizer.eos_token_id is None:
             raise ValueError("tokenizer has no eos_token_id; the first EOS ends an answer")
-        if hasattr(network, "row_by_row"):
-            network.row_by_row = batch_invariant
+        self.device = next((p.device for p in getattr(network, "parameters", lambda: iter(()))()),
+                           torch.device("cpu"))
+        self.invariance = scheme_for(batch_invariant, self.device)
+        apply_scheme(network, self.invariance)
         self.counter = NFECounter(network)
         self.encoder = encoder
         self.tokenizer = tokenizer
@@ -101,9 +109,7 @@ class GenerationPipeline:
         self.max_prompt_len = max_prompt_len
         self.record_extra = dict(record_extra or {})  # recorded beside the sampler settings (e.g. the prompt template)
         self.canvas_len = int(network.config.max_len)
-        self.device = next((p.device for p in getattr(network, "parameters", lambda: iter(()))()),
-                           torch.device("cpu"))
-        check_sampling_fits(network, cfg, batch_size, self.device, batch_invariant)
+        check_sampling_fits(network, cfg, batch_size, self.device, self.invariance)
 
     def validate(self, prompts: Sequence[str], source: str = "prompts",
                  line_numbers: Sequence[int] | None = None) -> None:
@@ -153,7 +159,7 @@ class GenerationPipeline:
         for i, (p, s) in enumerate(keys):
             rec = {
                 "prompt_index": p, "sample_index": s, "response": texts[i], "response_token_ids": answers[i],
-                **settings, **self.record_extra,
+                **settings, **self.record_extra, "batch_invariance": self.invariance,
                 "exit_time": float(out.exit_time[i]),
                 # this row's network calls (spec §5: NFE = denoiser + decoder calls; adaptive: check decodes too)
                 "nfe_spent": count.row_nfe[i], "denoiser_calls": count.row_denoiser[i],

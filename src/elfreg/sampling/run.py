@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch.distributed as dist
 from tqdm import tqdm
 
-from elfreg.fingerprint import claim, file_digest, model_identity
+from elfreg.fingerprint import claim, model_identity
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.results_io import AppendWriter, done_keys, read_records, record_key, repair_truncated_tail
@@ -26,18 +28,34 @@ class PromptFile:
     lines: list[int]
     ids: list[Any]
     source: str
+    digest: str = ""   # sha256 of the bytes read (the run's fingerprint names the prompts by it)
 
 
-def iter_prompt_records(path: str | os.PathLike, field: str = "prompt"):
-    """Yield (line number, object) for each non-blank line holding an object with a string ``field``.
+STDIN = "-"
 
-    Errors name the file and line (missing file, bad JSON, missing field); an empty file is an error too.
-    """
+
+def _prompt_bytes(path: str | os.PathLike) -> tuple[bytes, str]:
+    """(bytes, name for messages) of a prompts file, or of stdin for ``-``."""
+    if str(path) == STDIN:
+        return sys.stdin.buffer.read(), "<stdin>"
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"prompts file {p} does not exist")
+    return p.read_bytes(), str(p)
+
+
+def iter_prompt_records(path: str | os.PathLike, field: str = "prompt", data: bytes | None = None):
+    """Yield (line number, object) for each non-blank line holding an object with a string ``field``.
+
+    Errors name the file and line (missing file, bad JSON, missing field); an empty file is an error too. ``-``
+    reads stdin; ``data``: the bytes already read from ``path``.
+    """
+    if data is None:
+        data, p = _prompt_bytes(path)
+    else:
+        p = "<stdin>" if str(path) == STDIN else str(Path(path))
     found = False
-    for n, raw in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+    for n, raw in enumerate(data.decode("utf-8").splitlines(), start=1):
         if not raw.strip():
             continue
         try:
@@ -53,13 +71,21 @@ def iter_prompt_records(path: str | os.PathLike, field: str = "prompt"):
 
 
 def read_prompts(path: str | os.PathLike, field: str = "prompt") -> PromptFile:
-    """Read {field: str, optional id} objects, one per line; blank lines skipped; errors name file and line."""
+    """Read {field: str, optional id} objects, one per line (``-``: from stdin); blank lines skipped; errors name
+    file and line."""
+    data, source = _prompt_bytes(path)
     prompts, lines, ids = [], [], []
-    for n, obj in iter_prompt_records(path, field):
+    for n, obj in iter_prompt_records(path, field, data):
         prompts.append(obj[field])
         lines.append(n)
         ids.append(obj.get("id"))
-    return PromptFile(prompts, lines, ids, str(Path(path)))
+    return PromptFile(prompts, lines, ids, source, hashlib.sha256(data).hexdigest())
+
+
+def inline_prompts(texts: list[str], source: str = "--prompt") -> PromptFile:
+    """Prompts given on the command line: prompt i is texts[i] (messages name it ``--prompt:i+1``)."""
+    digest = hashlib.sha256(json.dumps(list(texts)).encode()).hexdigest()
+    return PromptFile(list(texts), list(range(1, len(texts) + 1)), [None] * len(texts), source, digest)
 
 
 def part_path(out: Path, rank: int) -> Path:
@@ -81,22 +107,27 @@ def fingerprint_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.fingerprint.json")
 
 
-def generation_settings(args: Any, cfg: SamplerConfig) -> dict:
-    """What changes the samples of `elfreg generate`: the model, the prompts file's bytes, every sampler setting
-    (``sigma``: as given, None = the model's). Not --samples (noise is f(seed, prompt, sample): more samples
-    extend a run), batch size, device or progress (outputs are batch-invariant)."""
-    return {"model": model_identity(args.model), "prompts": file_digest(args.prompts),
+def generation_settings(args: Any, cfg: SamplerConfig, prompts: PromptFile, batch_invariant: bool = True,
+                        scheme: str | None = None) -> dict:
+    """What changes the samples of `elfreg generate`: the model, the prompts' bytes, every sampler setting
+    (``sigma``: as given, None = the model's), batch invariance. Not --samples (noise is f(seed, prompt, sample):
+    more samples extend a run), device or progress; nor the batch size while outputs are batch-invariant."""
+    from elfreg.sampling.invariance import invariance_settings
+
+    return {"model": model_identity(args.model), "prompts": prompts.digest,
             "prompt_field": args.prompt_field, "prompt_format": getattr(args, "prompt_format", "template"),
-            **dataclasses.asdict(cfg), "sigma": args.sigma}
+            **dataclasses.asdict(cfg), "sigma": args.sigma,
+            **invariance_settings(batch_invariant, getattr(args, "batch_size", None), scheme)}
 
 
-def claim_results_file(args: Any, cfg: SamplerConfig) -> None:
+def claim_results_file(args: Any, cfg: SamplerConfig, prompts: PromptFile, batch_invariant: bool = True,
+                       scheme: str | None = None) -> None:
     """Refuse an --out made with other settings (RunMismatch naming them); ``args.restart`` moves it, its part
     files and its fingerprint aside first."""
     out = Path(args.out)
     existing = [out, *_parts(out)]
-    claim(fingerprint_path(out), generation_settings(args, cfg), existing, getattr(args, "restart", False),
-          aside=[*existing, fingerprint_path(out)])
+    claim(fingerprint_path(out), generation_settings(args, cfg, prompts, batch_invariant, scheme), existing,
+          getattr(args, "restart", False), aside=[*existing, fingerprint_path(out)])
 
 
 def generate_to_file(pipeline: GenerationPipeline, prompts: PromptFile, out: str | os.PathLike, samples: int,
@@ -137,6 +168,28 @@ def generate_to_file(pipeline: GenerationPipeline, prompts: PromptFile, out: str
         merge_parts(out)
     _barrier(world)
     return len(todo)
+
+
+def generate_to_stream(pipeline: GenerationPipeline, prompts: PromptFile, stream: IO[str], samples: int,
+                       output_format: str = "jsonl", progress: bool = True) -> list[dict]:
+    """Generate every (prompt, sample) and write each to ``stream`` as it is made: its JSON record (``jsonl``), or
+    its response text and a newline (``text``); flushed per batch. No resume: nothing is kept but the stream.
+    Returns the records."""
+    bar = tqdm(total=len(prompts.prompts) * samples, disable=not progress, desc="generate", unit="sample")
+    out: list[dict] = []
+
+    def write(records: list[dict]) -> None:
+        for r in records:
+            r["prompt_id"] = prompts.ids[r["prompt_index"]]
+            stream.write((json.dumps(r) if output_format == "jsonl" else r["response"]) + "\n")
+        stream.flush()
+        out.extend(records)
+        bar.update(len(records))
+
+    for _ in pipeline.generate(prompts.prompts, samples, on_batch=write):
+        pass
+    bar.close()
+    return out
 
 
 def merge_parts(out: str | os.PathLike) -> int:

