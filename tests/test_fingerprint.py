@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from elfreg.fingerprint import (RunMismatch, claim, differences, flatten, folder_key, mismatch_message,
+from elfreg.fingerprint import (RunMismatch, claim, differences, flatten, folder_key, mismatch_message, note,
                                 model_identity, move_aside, row_ok, sign_row)
 
 
@@ -81,3 +81,18 @@ def test_rows_signed_with_the_folder_key():
 def test_folder_key_is_kept(tmp_path):
     key = folder_key(tmp_path)
     assert folder_key(tmp_path) == key and len(bytes.fromhex(key)) == 32
+
+
+def test_notes_are_recorded_beside_the_settings_and_never_compared(tmp_path):
+    record, results = tmp_path / "fp.json", tmp_path / "results.jsonl"
+    note(record, {"precision_used": "fp32"})  # no fingerprint yet: nothing to note into
+    assert not record.exists()
+    key = claim(record, {"precision": "auto"}, [results])
+    note(record, {"precision_used": "fp32", "bf16_time_ratio": 12.5})
+    results.write_text("{}\n")
+    assert json.loads(record.read_text())["notes"] == {"precision_used": "fp32", "bf16_time_ratio": 12.5}
+    assert claim(record, {"precision": "auto"}, [results]) == key  # another machine's note would not refuse it
+    note(record, {"precision_used": "bf16"})
+    assert json.loads(record.read_text())["notes"]["precision_used"] == "bf16"
+    with pytest.raises(RunMismatch, match="precision"):
+        claim(record, {"precision": "fp32"}, [results])

@@ -83,3 +83,53 @@ def test_generate_cli_with_a_saved_elf_model(tmp_path, tiny_lm_dir):
     args = parser.parse_args(["generate", "--model", str(folder), "--prompts", str(too_long), "--out",
                               str(tmp_path / "o2.jsonl"), "--nfe", "4", "--no-progress"])
     assert cmd_generate(args) == 2 and not (tmp_path / "o2.jsonl").exists()
+
+
+@pytest.mark.parametrize("ratio, used", [(5.0, "fp32"), (0.5, "bf16")])
+def test_pipeline_precision_is_measured_applied_and_recorded(monkeypatch, ratio, used):
+    from elfreg import precision
+    from elfreg.sampling.pipeline import GenerationPipeline
+
+    from ._standin import StandInEncoder, tiny_tokenizer
+
+    seen = []
+
+    def fake(workload, cache_dir=None):  # bf16 takes ``ratio`` x fp32's time on this (fake) CPU
+        seen.append(workload)
+        return ratio, "measured"
+    monkeypatch.setattr(precision, "cached_ratio", fake)
+    net = _student()
+    tok = tiny_tokenizer()
+    enc = StandInEncoder(tok, max_len=net.config.max_len, feature_dim=net.config.feature_dim, max_prompt_len=6)
+    pipe = GenerationPipeline(net, enc, tok, SamplerConfig(nfe=3, rho=2), batch_size=4, max_prompt_len=6)
+    # row by row (batch invariance): the calls are one sequence each, whatever the batch size
+    assert seen == [precision.student_workload(net.config, 1, backward=False)] and pipe.precision.choice == used
+    dtypes = []
+    net.blocks[0].register_forward_hook(lambda m, i, o: dtypes.append(m.attn.qkv(i[0]).dtype))
+    recs = list(pipe.generate(["one plus two is", "four"], samples=1))
+    assert set(dtypes) == {torch.bfloat16 if used == "bf16" else torch.float32}
+    assert all((r["precision"], r["precision_used"], r["bf16_time_ratio"]) == ("auto", used, ratio) for r in recs)
+
+
+def test_generate_records_the_precision_in_its_fingerprint(tmp_path, tiny_lm_dir):
+    cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
+                                          max_len=16, max_prompt_len=8),
+                       backbones=BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=2, teacher=None,
+                                                dtype="float32"))
+    torch.manual_seed(0)
+    folder = ElfModel.new(cfg).save_pretrained(tmp_path / "model")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "what is 3 plus 4 ?"}) + "\n")
+    parser = argparse.ArgumentParser(prog="elfreg")
+    register(parser.add_subparsers(dest="command", required=True))
+    out = tmp_path / "out.jsonl"
+    base = ["generate", "--model", str(folder), "--prompts", str(prompts), "--out", str(out), "--nfe", "3",
+            "--device", "cpu", "--no-progress"]
+    assert cmd_generate(parser.parse_args(base + ["--precision", "fp32"])) == 0
+    fp = json.loads((tmp_path / "out.fingerprint.json").read_text())
+    assert fp["settings"]["precision"] == "fp32"
+    assert fp["notes"] == {"precision": "fp32", "precision_used": "fp32", "bf16_time_ratio": None}
+    assert read_records(out)[0]["precision_used"] == "fp32"
+    with pytest.raises(SystemExit):
+        parser.parse_args(base + ["--precision", "half"])
+    assert cmd_generate(parser.parse_args(base + ["--precision", "bf16"])) == 2  # another precision: refused

@@ -18,9 +18,10 @@ from elfreg.sampling.config import GRIDS, SAMPLERS, W_PRESETS, SamplerConfig, ta
 from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.results_io import read_records
-from elfreg.sampling.run import claim_results_file, generate_to_file, read_prompts
+from elfreg.sampling.run import claim_results_file, generate_to_file, note_results_file, read_prompts
 
 PROMPT_FORMATS = ("template", "raw")
+PRECISIONS = ("auto", "bf16", "fp32")
 # --task names a task: its w preset (else w = 3) and its answer extractor (else the whole text).
 TASKS = tuple(sorted(set(W_PRESETS) | set(TASK_EXTRACTORS)))
 
@@ -77,6 +78,9 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="generation seed; sample noise = f(seed, prompt, sample)")
     p.add_argument("--batch-size", type=int, default=16, help="rows per network call")
     p.add_argument("--device", default=None, type=device, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="the network's arithmetic: auto (bf16 on CUDA; on a CPU bf16 only where it measures faster "
+                        "than fp32 at this model's shapes, once per machine), bf16 or fp32")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--prompt-format", default="template", choices=PROMPT_FORMATS,
                    help="template: each prompt is a bare question, put inside the model's saved prompt template "
@@ -168,7 +172,10 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
     pipeline = GenerationPipeline(loaded.network, loaded.encoder, loaded.tokenizer, cfg, batch_size=args.batch_size,
                                   max_prompt_len=loaded.max_prompt_len,
                                   record_extra={"prompt_format": prompt_format,
-                                                "prompt_template": loaded.prompt_template})
+                                                "prompt_template": loaded.prompt_template},
+                                  precision=getattr(args, "precision", "auto"))
+    if rank == 0:  # what auto chose here, and the measured ratio, beside the settings
+        note_results_file(args, pipeline.precision.record())
     try:
         pipeline.validate(prompts.prompts, prompts.source, prompts.lines)
     except ValueError as exc:

@@ -12,7 +12,7 @@ from typing import Any
 import torch.distributed as dist
 from tqdm import tqdm
 
-from elfreg.fingerprint import claim, file_digest, model_identity
+from elfreg.fingerprint import claim, file_digest, model_identity, note
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.results_io import AppendWriter, done_keys, read_records, record_key, repair_truncated_tail
@@ -83,11 +83,12 @@ def fingerprint_path(out: Path) -> Path:
 
 def generation_settings(args: Any, cfg: SamplerConfig) -> dict:
     """What changes the samples of `elfreg generate`: the model, the prompts file's bytes, every sampler setting
-    (``sigma``: as given, None = the model's). Not --samples (noise is f(seed, prompt, sample): more samples
-    extend a run), batch size, device or progress (outputs are batch-invariant)."""
+    (``sigma``: as given, None = the model's), --precision. Not --samples (noise is f(seed, prompt, sample): more
+    samples extend a run), batch size, device or progress (outputs are batch-invariant). What --precision auto
+    chose is a note beside these (``note_results_file``), as the device: each record carries it too."""
     return {"model": model_identity(args.model), "prompts": file_digest(args.prompts),
             "prompt_field": args.prompt_field, "prompt_format": getattr(args, "prompt_format", "template"),
-            **dataclasses.asdict(cfg), "sigma": args.sigma}
+            **dataclasses.asdict(cfg), "sigma": args.sigma, "precision": getattr(args, "precision", "auto")}
 
 
 def claim_results_file(args: Any, cfg: SamplerConfig) -> None:
@@ -97,6 +98,11 @@ def claim_results_file(args: Any, cfg: SamplerConfig) -> None:
     existing = [out, *_parts(out)]
     claim(fingerprint_path(out), generation_settings(args, cfg), existing, getattr(args, "restart", False),
           aside=[*existing, fingerprint_path(out)])
+
+
+def note_results_file(args: Any, facts: dict) -> None:
+    """Record measured facts of this run (the precision used, the bf16 / fp32 time ratio) in --out's fingerprint."""
+    note(fingerprint_path(Path(args.out)), facts)
 
 
 def generate_to_file(pipeline: GenerationPipeline, prompts: PromptFile, out: str | os.PathLike, samples: int,
