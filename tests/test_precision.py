@@ -83,8 +83,8 @@ def test_measured_once_then_read_from_the_per_machine_cache(tmp_path, monkeypatc
     assert (again.ratio, again.source) == (7.5, "cached") and len(runs) == 1
     entries = json.loads((tmp_path / precision.CACHE_FILE).read_text())
     (entry,) = entries.values()
-    assert entry["ratio"] == 7.5 and entry["threads"] == torch.get_num_threads() and entry["shapes"] == w.key()
-    # another thread count or other shapes are another entry
+    assert entry["ratio"] == 7.5 and entry["threads"] == 1 and entry["shapes"] == w.key()
+    # other shapes are another entry
     precision._cached_ratio.cache_clear()
     resolve("auto", "cpu", Workload(rows=96, maps=((32, 64),), backward=True), cache_dir=tmp_path)
     assert len(runs) == 2 and len(json.loads((tmp_path / precision.CACHE_FILE).read_text())) == 2
@@ -110,3 +110,15 @@ def test_student_workload_is_one_block_at_every_position():
 def test_the_real_probe_times_both_kinds():
     r = measured_ratio(Workload(rows=16, maps=((16, 16),), backward=True), budget_s=0.01)
     assert r > 0
+
+
+def test_the_probe_runs_on_one_thread_and_restores_the_count(tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(precision, "measured_ratio", lambda w: seen.append(torch.get_num_threads()) or 3.0)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        resolve("auto", "cpu", Workload(rows=80, maps=((16, 48),), backward=True), cache_dir=tmp_path)
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -4,9 +4,11 @@
 on CUDA, bf16 (where the GPU supports it). On a CPU, the matrix products of the run's shapes (a ``Workload``) are
 timed once in fp32 and under bf16 autocast, interleaved, for about a second; bf16 is chosen only where it takes at
 most ``BF16_MARGIN`` of fp32's time. CPUs with AVX512-BF16 or AMX run bf16 several times faster than fp32; CPUs
-without it (AVX2 only: most laptops, AMD before Zen 4) emulate it, 5-50x slower than fp32. The measured ratio is
-kept in a per-machine cache (``precision.json`` in the elfreg cache folder) keyed by the CPU, its vector extensions,
-torch's build and kernel level, the thread count and the shapes, so later runs read it instead of timing again.
+without it (AVX2 only: most laptops, AMD before Zen 4) emulate it, 5-50x slower than fp32. The probe runs on one
+thread and counts the process's CPU time, not the wall clock: on a busy machine (other processes on the cores) a
+two-thread timing swung from 0.1x to 7x between runs, one thread's CPU time stayed within 10 %. The measured ratio
+is kept in a per-machine cache (``precision.json`` in the elfreg cache folder) keyed by the CPU, its vector
+extensions, torch's build and kernel level and the shapes, so later runs read it instead of timing again.
 
 An explicit ``bf16`` is honoured; on a CPU where it measures more than ``SLOW_BF16`` times fp32's time, one warning
 line says so. An explicit ``fp32`` measures nothing.
@@ -167,13 +169,12 @@ def cache_path(cache_dir: str | Path | None = None) -> Path:
 
 def machine_key(workload: Workload) -> str:
     """What the ratio depends on: CPU model and vector extensions, torch build and kernel level, the kernel
-    environment variables, the thread count and the shapes (a digest of their text)."""
+    environment variables and the shapes (a digest of their text)."""
     from elfreg.demo.machine import KERNEL_ENV, cpu_model, vector_extensions
 
     env = " ".join(f"{k}={os.environ[k]}" for k in KERNEL_ENV if k in os.environ)
     text = "|".join([cpu_model(), " ".join(vector_extensions()), torch.__version__,
-                     torch.backends.cpu.get_cpu_capability(), env, f"threads={torch.get_num_threads()}",
-                     workload.capped().key()])
+                     torch.backends.cpu.get_cpu_capability(), env, workload.capped().key()])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -192,9 +193,14 @@ def _cached_ratio(key: str, workload: Workload, path: str) -> tuple[float, str]:
     entries = _read_cache(p)
     if isinstance(entries.get(key), dict) and isinstance(entries[key].get("ratio"), (int, float)):
         return float(entries[key]["ratio"]), "cached"
-    ratio = measured_ratio(workload)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread: steady on a busy machine (see the module docstring)
+    try:
+        ratio = measured_ratio(workload)
+    finally:
+        torch.set_num_threads(threads)
     entries = _read_cache(p)  # another process may have added entries meanwhile
-    entries[key] = {"ratio": ratio, "shapes": workload.key(), "threads": torch.get_num_threads(),
+    entries[key] = {"ratio": ratio, "shapes": workload.key(), "threads": 1,
                     "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
                     "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     try:
@@ -220,18 +226,20 @@ def measured_ratio(workload: Workload, budget_s: float = PROBE_SECONDS,
     One untimed call of each kind first (kernel selection, oneDNN's code generation), then fp32 and bf16 calls in
     alternation for about ``budget_s`` seconds (at least 3 of each); the ratio of the two fastest calls, the least
     disturbed by other processes. A clear-cut ratio (over 4x either way) stops early. ``run(bf16)`` times one call
-    and returns its seconds (default: the real products); tests pass a fake.
+    and returns its CPU seconds (default: the real products, on this thread's torch thread count); tests pass a
+    fake.
     """
     run = run if run is not None else _timed_call(workload.capped())
     run(False), run(True)
     t32: list[float] = []
     t16: list[float] = []
-    start = time.perf_counter()
+    spent = 0.0
     while len(t32) < 50:
         t32.append(run(False))
         t16.append(run(True))
+        spent += t32[-1] + t16[-1]
         ratio = min(t16) / min(t32)
-        if len(t32) >= 3 and (time.perf_counter() - start > budget_s or not 0.25 < ratio < 4.0):
+        if len(t32) >= 3 and (spent > budget_s or not 0.25 < ratio < 4.0):
             break
     log.debug("precision probe: %d rounds, fp32 median %.2f ms, bf16 median %.2f ms", len(t32),
               1e3 * statistics.median(t32), 1e3 * statistics.median(t16))
@@ -246,13 +254,13 @@ def _timed_call(workload: Workload) -> Callable[[bool], float]:
     inputs = [torch.randn(workload.rows, i, generator=g).requires_grad_(workload.backward) for i, _ in workload.maps]
 
     def call(bf16: bool) -> float:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16), torch.set_grad_enabled(workload.backward):
             outs = [F.linear(x, w) for x, w in zip(inputs, weights)]
         if workload.backward:
             torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
             for t in (*weights, *inputs):
                 t.grad = None
-        return time.perf_counter() - t0
+        return time.process_time() - t0
 
     return call

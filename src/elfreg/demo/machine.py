@@ -55,10 +55,7 @@ def _read(path: str) -> str:
 
 def training_precision(cfg) -> "Precision":
     """The demo's train.precision resolved once, before any run starts (elfreg.precision: on a CPU, bf16 against
-    fp32 timed at the student's shapes with one lane's thread count), so every run, in whichever lane, computes
-    alike; ``cfg``: a DemoConfig."""
-    import torch
-
+    fp32 timed at the student's shapes), so every run, in whichever lane, computes alike; ``cfg``: a DemoConfig."""
     from elfreg.config import ModelConfig
     from elfreg.precision import resolve, student_workload
 
@@ -66,13 +63,8 @@ def training_precision(cfg) -> "Precision":
     model = ModelConfig(width=s.width, depth=s.depth, heads=s.heads, bottleneck_dim=s.bottleneck_dim,
                         max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, repa_block=s.repa_block,
                         repa_hidden=s.repa_hidden)  # the feature widths do not enter the blocks' products
-    threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads // cfg.lanes)
-    try:
-        return resolve(cfg.train.precision, "cpu", student_workload(model, cfg.train.batch_size, backward=True),
-                       "train.precision")
-    finally:
-        torch.set_num_threads(threads)
+    return resolve(cfg.train.precision, "cpu", student_workload(model, cfg.train.batch_size, backward=True),
+                   "train.precision")
 
 
 def machine_info(threads: int, lanes: int, precision: "Precision | None" = None) -> dict:
