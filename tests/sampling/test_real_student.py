@@ -57,7 +57,8 @@ def test_real_student_drop_reg_and_olt():
     assert sample(olt, x, mask, SamplerConfig(nfe=3, rho=2), [(0, 0), (1, 0)]).reg_state is None
 
 
-def test_generate_cli_with_a_saved_elf_model(tmp_path, tiny_lm_dir):
+def _saved_model(tmp_path, tiny_lm_dir):
+    """A tiny ElfModel on the tiny Qwen3 encoder, saved: (its folder, its config)."""
     cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
                                           max_len=16, max_prompt_len=8),
                        backbones=BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=2, teacher=None,
@@ -65,7 +66,11 @@ def test_generate_cli_with_a_saved_elf_model(tmp_path, tiny_lm_dir):
     torch.manual_seed(0)
     model = ElfModel.new(cfg)
     torch.nn.init.normal_(model.student.final_linear.weight, std=0.1)
-    folder = model.save_pretrained(tmp_path / "model")
+    return model.save_pretrained(tmp_path / "model"), cfg
+
+
+def test_generate_cli_with_a_saved_elf_model(tmp_path, tiny_lm_dir):
+    folder, cfg = _saved_model(tmp_path, tiny_lm_dir)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["what is 3 plus 4 ?", "sort a b c"]))
     parser = argparse.ArgumentParser(prog="elfreg")
@@ -112,12 +117,7 @@ def test_pipeline_precision_is_measured_applied_and_recorded(monkeypatch, ratio,
 
 
 def test_generate_records_the_precision_in_its_fingerprint(tmp_path, tiny_lm_dir):
-    cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
-                                          max_len=16, max_prompt_len=8),
-                       backbones=BackboneConfig(encoder=str(tiny_lm_dir), encoder_layer=2, teacher=None,
-                                                dtype="float32"))
-    torch.manual_seed(0)
-    folder = ElfModel.new(cfg).save_pretrained(tmp_path / "model")
+    folder, _ = _saved_model(tmp_path, tiny_lm_dir)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"prompt": "what is 3 plus 4 ?"}) + "\n")
     parser = argparse.ArgumentParser(prog="elfreg")
