@@ -91,7 +91,7 @@ class Precision:
     requested: str  # auto | bf16 | fp32
     choice: str  # bf16 | fp32
     ratio: float | None = None  # bf16 time / fp32 time at the run's shapes; None: not measured
-    source: str = "asked"  # measured | cached | cuda | asked
+    source: str = "asked"  # measured | cached | cuda | asked | default (auto with nothing to measure: fp32)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -111,6 +111,8 @@ class Precision:
         """One line for the logs and reports, e.g. ``fp32 (auto; bf16 measured 4.12x fp32's time here)``."""
         if self.source == "cuda":
             return f"{self.choice} ({self.requested}; CUDA)"
+        if self.source == "default":
+            return f"{self.choice} ({self.requested}; no shapes to time on this device)"
         if self.ratio is None:
             return f"{self.choice} (as asked)"
         how = "measured" if self.source == "measured" else "measured earlier on this machine"
@@ -143,8 +145,9 @@ def resolve(requested: str, device: torch.device | str, workload: Workload | Non
     if device.type == "cuda":
         ok = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         return Precision(requested, "bf16" if ok or requested == "bf16" else "fp32", source="cuda")
-    if device.type != "cpu" or workload is None:
-        return Precision(requested, "bf16" if requested == "bf16" else "fp32")
+    if device.type != "cpu" or workload is None:  # nothing to time: fp32 unless bf16 was asked for
+        return Precision(requested, "bf16" if requested == "bf16" else "fp32",
+                         source="asked" if requested == "bf16" else "default")
     if measure is not None:
         ratio, source = measure(workload), "measured"
     else:
