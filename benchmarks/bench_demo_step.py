@@ -1,17 +1,23 @@
 """The demo's training step (elfreg demo: 4 x 64 student, batch 32, canvas 30, SmolLM2 widths) against its limit.
 
 Prints, from one run: the whole step (Trainer.step_once: draws, loss with its two self-conditioning passes, backward,
-clipping, AdamW, EMA) of ELF and ELF-REG, the share of each phase, and the student's bare forward + backward on the
-same batch (one mixed pass, no self-conditioning passes, no optimiser): the limit a step cannot beat. With
-``--base SRC`` (the ``src`` folder of another checkout, e.g. ``git worktree add /tmp/base e88346d``) the same step
-of that code runs in a second process, interleaved round by round with this one, and the ratio old / new is
-printed: on a shared machine both sides see the same load.
+clipping, Muon + AdamW, EMA) of ELF and ELF-REG, the share of each phase, the student's bare forward + backward on
+the same batch (one mixed pass, no self-conditioning passes, no optimiser), the same step with AdamW in place of Muon,
+and the step's **limit**: its matrix-product FLOPs (benchmarks/flops.py: the student's passes as elfreg.objective
+runs them, plus Muon's Newton-Schulz) at the fp32 matmul rate of this CPU measured in the same process, in rounds
+interleaved with the steps (so machine load hits both alike). With ``--base SRC`` (the ``src`` folder of another
+checkout, e.g. ``git worktree add /tmp/base e88346d``) the same step of that code runs in a second process,
+interleaved round by round with this one, and the ratio old / new is printed: on a shared machine both sides see the
+same load.
 
     PYTHONPATH=src python benchmarks/bench_demo_step.py [--base /tmp/base/src] [--rounds 6] [--steps 20]
+        [--threads 1] [--precision fp32]
     PYTHONPATH=src python benchmarks/bench_demo_step.py --profile   # torch.profiler tables by operator / module
     PYTHONPATH=src python benchmarks/bench_demo_step.py --lanes     # two runs side by side, as the demo trains
     PYTHONPATH=src python benchmarks/bench_demo_step.py --phases    # where a step's time goes
 
+A CPU without native bf16 (AVX2 only) is emulated on one that has it by
+``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`` (docs/performance.md).
 Random features stand in for SmolLM2's (widths 576; the step's cost does not depend on their values).
 """
 
@@ -32,8 +38,9 @@ HERE = Path(__file__).resolve()
 D, VOCAB, N_ROWS = 576, 49152, 256
 
 
-def _setup(variant: str, out: Path):
-    """A Trainer of the demo's run config on in-memory random features (fake backbones of SmolLM2's widths)."""
+def _setup(variant: str, out: Path, precision: str | None = None, optimizer: str | None = None):
+    """A Trainer of the demo's run config on in-memory random features (fake backbones of SmolLM2's widths);
+    ``precision`` / ``optimizer``: train.precision / train.optimizer in place of the demo's."""
     import torch
 
     from elfreg.config import BackboneConfig
@@ -63,6 +70,10 @@ def _setup(variant: str, out: Path):
     rcfg = run_config(cfg, variant, bcfg, head_ids, dict(feature_dim=D, reg_dim=D, teacher_dim=D, vocab_size=VOCAB),
                       progress=False)
     rcfg.data.epochs = None  # endless: the benchmark takes as many steps as it likes
+    if precision is not None:
+        rcfg.train.precision = precision
+    if optimizer is not None:
+        rcfg.train.optimizer = optimizer
     return Trainer(rcfg, out, resume="never", backbones=backbones, dataset=CachedFeatures(tensors)), cfg
 
 
@@ -99,36 +110,66 @@ def _bare(trainer):
     return run
 
 
-def worker(threads: int) -> None:
-    """Line protocol on stdin/stdout: "<variant> <kind> <n>" -> seconds per call (median of n)."""
+GEMM = 512  # the fp32 rate is that of a (GEMM x GEMM) @ (GEMM x GEMM) product: large enough to run at the
+#             BLAS's full speed on one core, small enough to time in a few ms
+
+
+def step_flops(trainer) -> dict[str, float]:
+    """Matrix-product FLOPs of one of ``trainer``'s steps: the student's passes (expected over the draws) and Muon's
+    Newton-Schulz on the matrices it orthogonalises (benchmarks/flops.py)."""
+    sys.path.insert(0, str(HERE.parent))
+    from flops import muon_flops, train_step_flops
+
+    cfg = trainer.cfg
+    out = train_step_flops(cfg.model, cfg.objective, cfg.train.batch_size)
+    muon = trainer.optim.optimizers.get("muon")
+    shapes = [tuple(p.shape) for g in muon.param_groups for p in g["params"]] if muon is not None else []
+    out["muon"] = muon_flops(shapes) if shapes else 0.0
+    out["total"] = out["total"] + out["muon"]
+    return out
+
+
+def worker(threads: int, precision: str | None) -> None:
+    """Line protocol on stdin/stdout: "<variant> <kind> <n>" -> seconds per call (median of n). Kinds: step (the
+    demo's step), adamw (the step with AdamW in place of Muon), bare (the student's forward + backward), rate (one
+    fp32 GEMM; its "flops" are returned too)."""
     import torch
 
     torch.set_num_threads(threads)
     tmp = Path(tempfile.mkdtemp())
     runs = {}
     for variant in ("ELF", "ELF-REG"):
-        trainer, _ = _setup(variant, tmp / variant)
-        runs[variant] = {"step": trainer, "bare": _bare(trainer), "i": 0}
-    print("ready", flush=True)
+        trainer, _ = _setup(variant, tmp / variant, precision)
+        runs[variant] = {"step": trainer, "adamw": _setup(variant, tmp / f"{variant}-adamw", precision, "adamw")[0],
+                         "bare": _bare(trainer), "i": {"step": 0, "adamw": 0}, "flops": step_flops(trainer)}
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(GEMM, GEMM, generator=g), torch.randn(GEMM, GEMM, generator=g)
+    used = runs["ELF"]["step"].precision.record() if hasattr(runs["ELF"]["step"], "precision") else {}
+    print("ready " + json.dumps({"precision": used}), flush=True)
     for line in sys.stdin:
         variant, kind, n = line.split()
         r = runs[variant]
-        times, phases = [], {"features": 0.0, "update": 0.0}
+        times, cpu, phases = [], [], {"features": 0.0, "update": 0.0}
         for _ in range(int(n)):
-            t0 = time.perf_counter()
-            if kind == "step":
-                m = r["step"].step_once(r["i"])
-                r["i"] += 1
+            t0, c0 = time.perf_counter(), time.process_time()
+            if kind in ("step", "adamw"):
+                m = r[kind].step_once(r["i"][kind])
+                r["i"][kind] += 1
                 phases["features"] += m["time_features"]
                 phases["update"] += m["time_update"]
+            elif kind == "rate":
+                torch.mm(a, b)
             else:
                 r["bare"]()
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
         print(json.dumps({"median": statistics.median(times), "mean": statistics.fmean(times),
-                          "phases": {k: v / int(n) for k, v in phases.items()}}), flush=True)
+                          "cpu": statistics.median(cpu),
+                          "phases": {k: v / int(n) for k, v in phases.items()}, "flops": r["flops"],
+                          "gemm_flops": 2 * GEMM ** 3}), flush=True)
 
 
-def profile(threads: int, steps: int) -> None:
+def profile(threads: int, steps: int, precision: str | None = None) -> None:
     import torch
     from torch.profiler import ProfilerActivity, record_function
     from torch.profiler import profile as tprofile
@@ -136,7 +177,7 @@ def profile(threads: int, steps: int) -> None:
     torch.set_num_threads(threads)
     tmp = Path(tempfile.mkdtemp())
     for variant in ("ELF", "ELF-REG"):
-        trainer, _ = _setup(variant, tmp / variant)
+        trainer, _ = _setup(variant, tmp / variant, precision)
         for i in range(5):
             trainer.step_once(i)
         with tprofile(activities=[ProfilerActivity.CPU], with_stack=False, record_shapes=False) as prof:
@@ -149,7 +190,7 @@ def profile(threads: int, steps: int) -> None:
         print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25))
 
 
-def step_phases(threads: int, steps: int) -> None:
+def step_phases(threads: int, steps: int, precision: str | None = None) -> None:
     """Where a step's time goes, as multiples of the bare forward + backward: the student's calls without gradient
     (the self-conditioning passes) and with it, the backward, the optimisers, the EMA, the batch and its draws, and
     the rest (the loss's own arithmetic, clipping). Means over ``steps`` steps after 5 of warm-up."""
@@ -159,7 +200,7 @@ def step_phases(threads: int, steps: int) -> None:
     tmp = Path(tempfile.mkdtemp())
     print(f"demo-size step, {threads} thread(s), mean of {steps} steps, ms (x the bare forward + backward)")
     for variant in ("ELF", "ELF-REG"):
-        trainer, _ = _setup(variant, tmp / variant)
+        trainer, _ = _setup(variant, tmp / variant, precision)
         spent: dict[str, float] = {}
 
         def timed(name, fn):
@@ -254,11 +295,16 @@ def lanes(threads: int, steps: int, rounds: int) -> None:
 class Side:
     """One worker process running the step of the code under ``src``."""
 
-    def __init__(self, src: str, threads: int) -> None:
+    def __init__(self, src: str, threads: int, precision: str | None = None) -> None:
         env = dict(os.environ, PYTHONPATH=src, OMP_NUM_THREADS=str(threads))
-        self.p = subprocess.Popen([sys.executable, str(HERE), "--worker", "--threads", str(threads)], env=env,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
-        assert self.p.stdout.readline().strip() == "ready", "worker failed to start"
+        argv = [sys.executable, str(HERE), "--worker", "--threads", str(threads)]
+        if precision is not None:
+            argv += ["--precision", precision]
+        self.p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  cwd=tempfile.gettempdir())
+        first = self.p.stdout.readline().strip()
+        assert first.startswith("ready"), "worker failed to start"
+        self.info = json.loads(first.removeprefix("ready").strip() or "{}")
 
     def send(self, variant: str, kind: str, n: int) -> None:
         self.p.stdin.write(f"{variant} {kind} {n}\n")
@@ -283,46 +329,65 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20, help="calls per measurement (median taken)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--base-threads", type=int, help="threads of the --base side (default: --threads)")
+    ap.add_argument("--precision", choices=("auto", "bf16", "fp32"),
+                    help="train.precision of both sides (default: the demo's)")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time by the worker's CPU time (time.process_time) instead of wall time: steadier on a "
+                         "loaded machine, where a process gets a fraction of a core (one thread per side only)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--lanes", action="store_true", help="two runs side by side vs one after the other")
     ap.add_argument("--phases", action="store_true", help="where a step's time goes, against the bare pass")
     args = ap.parse_args()
     if args.worker:
-        return worker(args.threads)
+        return worker(args.threads, args.precision)
     if args.profile:
-        return profile(args.threads, args.steps)
+        return profile(args.threads, args.steps, args.precision)
     if args.lanes:
         return lanes(args.threads, args.steps, args.rounds)
     if args.phases:
-        return step_phases(args.threads, args.steps)
+        return step_phases(args.threads, args.steps, args.precision)
     new_src = str(HERE.parents[1] / "src")
-    sides = {"new": Side(new_src, args.threads)}
+    sides = {"new": Side(new_src, args.threads, args.precision)}
     if args.base:
-        sides["old"] = Side(args.base, args.base_threads or args.threads)
+        sides["old"] = Side(args.base, args.base_threads or args.threads, args.precision)
+    kinds = ("step", "adamw", "bare", "rate")
     res: dict = {}
     for r in range(args.rounds):  # interleaved: every side and kind sees the machine's load alike
         for variant in ("ELF", "ELF-REG"):
             for name, side in sides.items():
-                for kind in ("step", "bare"):
+                for kind in kinds:
                     got = side.ask(variant, kind, args.steps)
                     res.setdefault((name, variant, kind), []).append(got)
-                    print(f"round {r}: {variant} {name} {kind} {1e3 * got['median']:.1f} ms", file=sys.stderr,
+                    print(f"round {r}: {variant} {name} {kind} {1e3 * got['median']:.2f} ms", file=sys.stderr,
                           flush=True)
     for side in sides.values():
         side.close()
-    med = {k: statistics.median(r["median"] for r in v) for k, v in res.items()}
+    clock = "cpu" if args.cpu_time else "median"
+    med = {k: statistics.median(r[clock] for r in v) for k, v in res.items()}
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA",
+                                                     "MKL_ENABLE_INSTRUCTIONS") if k in os.environ)
     print(f"demo-size step: batch 32 x canvas 30, student 4 x 64, widths 576; {args.threads} threads "
-          f"({args.base_threads or args.threads} for --base); "
-          f"{args.rounds} interleaved rounds of {args.steps} calls, medians (machine load hits every side alike)")
+          f"({args.base_threads or args.threads} for --base); {args.rounds} interleaved rounds of {args.steps} calls, "
+          f"medians of {'process CPU time' if args.cpu_time else 'wall time'} (machine load hits every side alike)"
+          f"{'; ' + env if env else ''}")
+    for name, side in sides.items():
+        print(f"{name}: precision {side.info.get('precision') or 'as the demo sets it'}")
     for variant in ("ELF", "ELF-REG"):
         for name in sides:
-            step, bare = med[(name, variant, "step")], med[(name, variant, "bare")]
-            ph = res[(name, variant, "step")][-1]["phases"]
+            step, bare, adamw = (med[(name, variant, k)] for k in ("step", "bare", "adamw"))
+            last = res[(name, variant, "step")][-1]
+            rate = last["gemm_flops"] / med[(name, variant, "rate")]
+            flops = last["flops"]
+            limit = flops["total"] / rate
+            ph = last["phases"]
             tot = ph["features"] + ph["update"]
-            print(f"{variant:8s} {name:3s}: step {1e3 * step:7.1f} ms  (batch+draws {100 * ph['features'] / tot:4.1f} %, "
-                  f"loss+backward+optimiser+EMA {100 * ph['update'] / tot:4.1f} %)   bare fwd+bwd {1e3 * bare:7.1f} ms"
-                  f"   step / bare {step / bare:.2f}x")
+            print(f"{variant:8s} {name:3s}: step {1e3 * step:7.1f} ms  (batch+draws {100 * ph['features'] / tot:4.1f} %)"
+                  f"   bare fwd+bwd {1e3 * bare:6.1f} ms   AdamW step {1e3 * adamw:6.1f} ms (Muon / AdamW "
+                  f"{step / adamw:.2f}x)")
+            print(f"{'':13s}limit {1e3 * limit:6.1f} ms = {flops['total'] / 1e9:.2f} GFLOP (Muon "
+                  f"{flops['muon'] / 1e6:.0f} MFLOP) at {rate / 1e9:.1f} GFLOP/s (fp32 {GEMM}^3 GEMM, same process)"
+                  f"   step / limit {step / limit:.2f}x")
         if "old" in sides:
             print(f"{variant:8s} old / new step time: {med[('old', variant, 'step')] / med[('new', variant, 'step')]:.2f}x"
                   f"   (new step / old bare fwd+bwd {med[('new', variant, 'step')] / med[('old', variant, 'bare')]:.2f}x)")

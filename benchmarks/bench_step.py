@@ -22,6 +22,7 @@ from elfreg.backbones import Backbones, FrozenBackbone  # noqa: E402
 from elfreg.config import BackboneConfig, ObjectiveConfig, model_preset  # noqa: E402
 from elfreg.model.student import ElfStudent  # noqa: E402
 from elfreg.objective import TrainBatch, draw, elf_reg_loss  # noqa: E402
+from elfreg.precision import resolve, student_workload  # noqa: E402
 
 
 def backbone_source() -> tuple[str, str | None, str]:
@@ -51,6 +52,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--len", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"),
+                    help="the student's arithmetic, as train.precision (auto: measured, elfreg.precision)")
     args = ap.parse_args()
     torch.manual_seed(0)
     folder, gguf, label = backbone_source()
@@ -70,7 +73,7 @@ def main() -> None:
     cm = torch.zeros_like(pm)
     cm[:, length // 4 : length // 2 + 1] = True
 
-    setups = {}
+    setups, precisions = {}, {}
     for name, preset_kw, obj_kw, bb in (
         ("elf", dict(extra_token="none", repa=False), dict(use_repa=False, use_reg=False), elf_bb),
         ("elf-reg", dict(extra_token="reg", repa=True), dict(), reg_bb),
@@ -78,16 +81,19 @@ def main() -> None:
         mcfg = model_preset("tiny", feature_dim=d, reg_dim=d, teacher_dim=d, vocab_size=vocab, max_len=length,
                             max_prompt_len=length // 4, **preset_kw)
         student = ElfStudent(mcfg)
+        prec = resolve(args.precision, "cpu", student_workload(mcfg, b, backward=True), "--precision")
+        precisions[name] = prec.describe()
         opt = torch.optim.AdamW(student.parameters(), lr=1e-4)
         ocfg = ObjectiveConfig(**obj_kw)
         gens = [torch.Generator().manual_seed(i) for i in range(b)]
         draws = draw(ocfg, gens, length, d, d if mcfg.extra_token == "reg" else None)
 
-        def student_step(student=student, opt=opt, ocfg=ocfg, draws=draws, bb=bb, feats=None):
+        def student_step(student=student, opt=opt, ocfg=ocfg, draws=draws, bb=bb, feats=None, prec=prec):
             f = feats or bb.canvas_features(tokens, src)
             batch = TrainBatch(x=f.x, tokens=tokens, prompt_mask=pm, content_mask=cm, teacher=f.teacher, reg=f.reg,
                                teacher_at_source=f.teacher_at_source)
-            loss = elf_reg_loss(student, batch, draws, ocfg).loss
+            with prec.autocast("cpu"):
+                loss = elf_reg_loss(student, batch, draws, ocfg).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -109,7 +115,8 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"backbone: {label}; encoder layer {enc_layer}, teacher layers {teacher_layer}; "
           f"batch {b} x {length} tokens; tiny student; {args.repeats} interleaved repeats, medians; "
-          f"threads {torch.get_num_threads()}; backbone dtype {reg_bb.encoder.dtype}")
+          f"threads {torch.get_num_threads()}; backbone dtype {reg_bb.encoder.precision.describe()}; student "
+          f"precision {precisions['elf-reg']}")
     print(f"training step incl. frozen features : ELF {med['elf_full'] * 1e3:8.1f} ms   ELF-REG "
           f"{med['reg_full'] * 1e3:8.1f} ms   ratio {med['reg_full'] / med['elf_full']:.3f}x  (paper 1.29x, goal <= 1.15x)")
     print(f"training step, cached features      : ELF {med['elf_student'] * 1e3:8.1f} ms   ELF-REG "

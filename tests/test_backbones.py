@@ -118,3 +118,23 @@ def test_tokenizer_conversion_aside_only_when_the_entry_is_missing(tmp_path, tin
     future.result(timeout=300)  # the child filled the cache entry ...
     assert convert_tokenizer_aside(folder, name, tmp_path) is None  # ... which a second call finds
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith("-tokenizer")]
+
+
+@pytest.mark.parametrize("ratio, dtype", [(9.0, torch.float32), (0.4, torch.bfloat16)])
+def test_auto_feature_precision_is_measured_at_the_backbones_shapes(tiny_lm_dir, monkeypatch, ratio, dtype):
+    from elfreg import precision
+
+    seen = []
+
+    def fake(workload, cache_dir=None):  # bf16 takes ``ratio`` x fp32's time on this (fake) CPU
+        seen.append(workload)
+        return ratio, "measured"
+    monkeypatch.setattr(precision, "cached_ratio", fake)
+    bb = FrozenBackbone(str(tiny_lm_dir), [2])
+    assert bb.dtype == dtype and bb.precision.ratio == ratio
+    cfg = bb.model.config
+    assert seen == [precision.backbone_workload(cfg)] and seen[0].maps[0][0] == cfg.hidden_size
+    ids = torch.randint(0, cfg.vocab_size, (2, 5))
+    assert bb.hidden_states(ids)[2].dtype == torch.float32  # features are fp32 whatever the arithmetic
+    monkeypatch.setattr(precision, "cached_ratio", lambda *a, **k: pytest.fail("measured"))
+    assert FrozenBackbone(str(tiny_lm_dir), [2], dtype="float32").dtype == torch.float32

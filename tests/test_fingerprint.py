@@ -6,6 +6,7 @@ import os
 import pytest
 
 from elfreg.fingerprint import (RunMismatch, claim, differences, file_digest, flatten, folder_key, mismatch_message,
+                                note,
                                 model_identity, move_aside, row_ok, sign_row)
 
 
@@ -93,3 +94,18 @@ def test_file_digest_refuses_what_it_cannot_read_twice(tmp_path):
             file_digest(path)
     (tmp_path / "x").write_bytes(b"abc")
     assert file_digest(tmp_path / "x") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_notes_are_recorded_beside_the_settings_and_never_compared(tmp_path):
+    record, results = tmp_path / "fp.json", tmp_path / "results.jsonl"
+    note(record, {"precision_used": "fp32"})  # no fingerprint yet: nothing to note into
+    assert not record.exists()
+    key = claim(record, {"precision": "auto"}, [results])
+    note(record, {"precision_used": "fp32", "bf16_time_ratio": 12.5})
+    results.write_text("{}\n")
+    assert json.loads(record.read_text())["notes"] == {"precision_used": "fp32", "bf16_time_ratio": 12.5}
+    assert claim(record, {"precision": "auto"}, [results]) == key  # another machine's note would not refuse it
+    note(record, {"precision_used": "bf16"})
+    assert json.loads(record.read_text())["notes"]["precision_used"] == "bf16"
+    with pytest.raises(RunMismatch, match="precision"):
+        claim(record, {"precision": "fp32"}, [results])

@@ -24,12 +24,15 @@ MANIFEST = "manifest.json"
 _CHUNK = 1 << 22
 
 
+def cache_home() -> Path:
+    """elfreg's cache folder: $ELFREG_CACHE_DIR, else ~/.cache/elfreg."""
+    root = os.environ.get("ELFREG_CACHE_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "elfreg"
+
+
 def cache_root(cache_dir: str | Path | None = None) -> Path:
     """``cache_dir`` if given, else $ELFREG_CACHE_DIR/backbones, else ~/.cache/elfreg/backbones."""
-    if cache_dir is not None:
-        return Path(cache_dir)
-    root = os.environ.get("ELFREG_CACHE_DIR")
-    return Path(root) / "backbones" if root else Path.home() / ".cache" / "elfreg" / "backbones"
+    return Path(cache_dir) if cache_dir is not None else cache_home() / "backbones"
 
 
 def file_hash(path: str | Path) -> str:

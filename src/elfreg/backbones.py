@@ -17,22 +17,20 @@ import torch
 from torch import Tensor, nn
 
 from elfreg.config import BackboneConfig
+from elfreg.precision import Precision, backbone_workload, resolve
 
 log = logging.getLogger(__name__)
 
 
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """``auto`` -> bf16 where the device runs it natively (CUDA with bf16, CPUs with AVX512-BF16/AMX), else fp32."""
-    if dtype == "float32":
-        return torch.float32
-    if dtype == "bfloat16":
-        return torch.bfloat16
-    if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    if device.type == "cpu":
-        native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
-        return torch.bfloat16 if native else torch.float32
-    return torch.float32
+DTYPES = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16"}  # backbones.dtype -> elfreg.precision's names
+
+
+def resolve_dtype(dtype: str, device: torch.device, config=None) -> Precision:
+    """backbones.dtype for a model of transformers ``config`` on ``device``: ``auto`` is bf16 on CUDA (where
+    supported) and, on a CPU, bf16 only where it measured faster than fp32 at the model's shapes
+    (elfreg.precision: CPUs without native bf16 emulate it many times slower)."""
+    workload = backbone_workload(config) if config is not None else None
+    return resolve(DTYPES[dtype], device, workload, "backbones.dtype")
 
 
 def _check_source(name_or_path: str, gguf_file: str | None, field: str) -> None:
@@ -315,7 +313,8 @@ class FrozenBackbone:
         else:
             self._hook_blocks = None
         self.kept_layers = len(self._hook_blocks) if self._hook_blocks is not None else total
-        self.dtype = resolve_dtype(dtype, self.device)
+        self.precision = resolve_dtype(dtype, self.device, model.config)
+        self.dtype = self.precision.dtype
         self.model = model.to(self.device).eval().requires_grad_(False)
         self.width = model.config.hidden_size
 
@@ -332,7 +331,7 @@ class FrozenBackbone:
         try:
             ids = input_ids.to(self.device)
             mask = attention_mask.to(self.device) if attention_mask is not None else None
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.dtype == torch.bfloat16):
+            with self.precision.autocast(self.device.type):
                 out = self.model(input_ids=ids, attention_mask=mask, use_cache=False)
             if -1 in self.layers:
                 captured[-1] = out.last_hidden_state

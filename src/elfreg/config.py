@@ -172,7 +172,9 @@ class BackboneConfig:
     teacher_repa_layer: int = 20
     teacher_reg_layer: int = 24
     revision: str | None = None
-    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 where the device supports it
+    # auto: bf16 autocast on CUDA; on a CPU, bf16 only where it measured faster than fp32 at the backbone's shapes
+    # (elfreg.precision)
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     standardize_teacher: bool = False  # REPA targets are raw teacher states (cosine) unless set
 
     def __post_init__(self) -> None:

@@ -187,6 +187,17 @@ def claim(record: Path, settings: dict[str, Any], existing: list[Path], restart:
     return key
 
 
+def note(record: Path, facts: dict[str, Any]) -> None:
+    """Add measured facts of a run (e.g. the precision ``auto`` chose and the time ratio behind it) to a fingerprint
+    file, beside its settings: recorded, never compared on resume (as the device is not). No-op without a file."""
+    record = Path(record)
+    data = read_fingerprint(record)
+    if data is None:
+        return
+    data["notes"] = {**(data.get("notes") or {}), **_normalise(facts)}
+    atomic_write_text(record, json.dumps(data, indent=1) + "\n")
+
+
 def folder_key(folder: Path) -> str:
     """The row key of an output folder (its fingerprint file's), created with no settings when there is none yet."""
     record = Path(folder) / FOLDER_FILE

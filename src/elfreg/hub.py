@@ -203,7 +203,8 @@ class ElfModel:
         The same noise keys, settings and outputs as ``elfreg generate`` (prompt i, sample s); each prompt goes in the
         saved template; answers are cut at the response and the first EOS. ``task`` sets w and the adaptive exit's
         answer; ``sampler_options``: other sampler settings (rho, w, sigma, ...; default sigma: the training one),
-        ``batch_size`` (16), ``batch_invariant`` (default per device), ``formatted=True`` (prompts used as given).
+        ``batch_size`` (16), ``batch_invariant`` (default per device), ``precision`` (auto, bf16, fp32),
+        ``formatted=True`` (prompts used as given).
         """
         from elfreg.sampling.text import generate_texts
 

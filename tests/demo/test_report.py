@@ -95,7 +95,9 @@ def _results(cfg, elf_rows, reg_rows, n_eval=2):
             "machine": {"cpu": "Test CPU", "cpu_count": 2, "vector_extensions": ["avx2"], "torch": "2.13.0+cpu",
                         "torch_git": "abc", "torch_cpu_capability": "AVX2", "torch_blas": "mkl", "mkldnn": True,
                         "python": "3.11", "os": "Linux", "threads": 2, "lanes": 2, "threads_per_run": 1,
-                        "interop_threads": 2, "env": {}}}
+                        "interop_threads": 2, "env": {},
+                        "precision": {"precision": "auto", "precision_used": "fp32", "bf16_time_ratio": 12.9,
+                                      "summary": "fp32 (auto; bf16 measured: 12.90x fp32's time at these shapes)"}}}
 
 
 def test_report_states_seeds_and_command_for_inconclusive_claims_and_the_machine(tmp_path):
@@ -117,6 +119,7 @@ def test_report_states_seeds_and_command_for_inconclusive_claims_and_the_machine
     assert f"`elfreg demo eval.seeds=[0,1,2] eval.curve_every=200 train.seeds=[{seeds}]`" in report
     assert "## Reproducibility" in report and "Test CPU" in report and "CPU kernels AVX2" in report
     assert "bit for bit on the same machine type" in report
+    assert "| training precision | fp32 (auto; bf16 measured: 12.90x fp32's time at these shapes) |" in report
     # a claim without any effect says why no number of seeds decides it
     assert "| none: no effect measured | — |" in report
     assert len(SECTIONS) == len(set(SECTIONS))
@@ -162,3 +165,22 @@ def test_setting_note_says_what_the_setting_decides_on_the_samplers_and_where_th
     note = setting_note(_results(harder, half, half), harder, claims(_results(harder, half, half), harder))[1]
     assert "0 of the 8 claims on them are decided here." in note and "From 4 to 32 NFE" in note
     assert "--preset harder" not in note
+
+
+def test_training_precision_is_resolved_at_the_students_shapes(monkeypatch):
+    from elfreg import precision
+    from elfreg.demo.machine import machine_info, training_precision
+
+    seen = []
+
+    def fake(workload, cache_dir=None):  # bf16 takes 12.9x fp32's time on this (fake) CPU
+        seen.append(workload)
+        return 12.9, "measured"
+    monkeypatch.setattr(precision, "cached_ratio", fake)
+    cfg = demo_config(False, [])
+    p = training_precision(cfg)
+    assert p.choice == "fp32"
+    (workload,) = seen
+    assert workload.backward and workload.rows == cfg.train.batch_size * (12 + 1 + 30)
+    assert workload.maps[0] == (cfg.student.width, 3 * cfg.student.width)
+    assert machine_info(2, 2, p)["precision"]["precision_used"] == "fp32"

@@ -5,12 +5,12 @@ import json
 
 from elfreg.cli import main
 from elfreg.demo.cli import demo_config
-from elfreg.demo.run import claim_runs, run_fingerprint
+from elfreg.demo.run import claim_runs, run_fingerprint, with_training_precision
 
 
 def _first_run_made(out, overrides=()):
     """The record a first `demo --quick` leaves before its first checkpoint, plus a checkpoint of ELF seed 0."""
-    claim_runs(demo_config(True, list(overrides)), out)
+    claim_runs(with_training_precision(demo_config(True, list(overrides)))[0], out)
     ckpt = out / "ELF" / "seed-0" / "ckpt-00000003"
     ckpt.mkdir()
     (ckpt / "COMPLETE").write_text(json.dumps({"step": 3}))
@@ -19,13 +19,14 @@ def _first_run_made(out, overrides=()):
 
 def test_demo_refuses_a_run_made_with_other_settings_before_writing_anything(tmp_path, capsys):
     out = tmp_path / "out"
-    run = _first_run_made(out)
+    fp32 = "train.precision=fp32"  # auto's choice depends on the shapes (and the CPU): fixed, it is not a change
+    run = _first_run_made(out, [fp32])
     files = sorted(p.relative_to(out) for p in out.rglob("*"))
     for change, said in (("train.lr=0.1", "train.lr=0.002, now train.lr=0.1"),
                          ("student.width=32", "student.width=64, now student.width=32"),
                          ("task.n_train=80", "task.n_train=64, now task.n_train=80"),
                          ("eval.curve_every=2", "curve.every=3, now curve.every=2")):
-        assert main(["demo", "--quick", "--out", str(out), "--no-progress", change]) == 2
+        assert main(["demo", "--quick", "--out", str(out), "--no-progress", fp32, change]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert err == [f"elfreg demo: error: {run}: was made with {said}; pass --restart to start over, "
                        "or use another --out"], change

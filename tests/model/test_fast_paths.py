@@ -1,9 +1,10 @@
 """The training step's fast paths compute what the plain formulas compute, to stated tolerances.
 
 The reference is the student as first written: self_cond_proj applied to [z, q], then the bottleneck (no
-folding), and attention through SDPA. Checked on fixed inputs: student outputs, the whole ELF-REG loss and every
-parameter's gradient, in fp32 (rounding only: rtol 1e-4) and under CPU bf16 autocast (bf16 rounding of the blocks'
-matmuls: rtol 2e-2 on the loss).
+folding); RMSNorm as F.rms_norm; attention as q_norm / k_norm (F.rms_norm with their weights), RoPE
+(layers.apply_rope) and SDPA; the SwiGLU gate as chunk, silu and product, each with autograd's own gradient.
+Checked on fixed inputs: student outputs, the whole ELF-REG loss and every parameter's gradient, in fp32 (rounding
+only: rtol 1e-4) and under CPU bf16 autocast (bf16 rounding of the blocks' matmuls: rtol 2e-2 on the loss).
 """
 
 import dataclasses
@@ -23,7 +24,7 @@ B, L, P, D = 6, 10, 3, 64
 class ReferenceStudent(ElfStudent):
     """The unfolded input path: u = self_cond_proj([z, q]) then text_proj, in fp32."""
 
-    def _input_path(self, z, q, weights=None):
+    def _input_path(self, z, q, weights=None, row_local=False):  # training passes never run row by row
         q = torch.zeros_like(z) if q is None else q
         with torch.autocast(z.device.type, enabled=False):
             return self.text_proj(self.self_cond_proj(torch.cat([z.float(), q.float()], dim=-1)))
@@ -31,6 +32,30 @@ class ReferenceStudent(ElfStudent):
 
 def sdpa(q, k, v):
     return F.scaled_dot_product_attention(q, k, v)
+
+
+def plain_rms_norm(self, x):
+    return F.rms_norm(x.float(), self.weight.shape, self.weight.float(), self.eps).to(x.dtype)
+
+
+def plain_attention(self, x, cos, sin, row_local=False):
+    b, s, _ = x.shape
+    qkv = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+    q, k = (layers.apply_rope(norm(t), cos, sin) for norm, t in ((self.q_norm, qkv[0]), (self.k_norm, qkv[1])))
+    out = sdpa(q.float(), k.float(), qkv[2].float()).to(qkv.dtype)
+    return self.proj(out.transpose(1, 2).reshape(b, s, -1))
+
+
+def plain_swiglu(self, x, row_local=False):
+    a, b = self.w12(x).chunk(2, dim=-1)
+    return self.w3(F.silu(a) * b)
+
+
+def plain_layers(monkeypatch):
+    """The reference's layers in place of the fast ones (for the rest of the test)."""
+    monkeypatch.setattr(layers.RMSNorm, "forward", plain_rms_norm)
+    monkeypatch.setattr(layers.Attention, "forward", plain_attention)
+    monkeypatch.setattr(layers.SwiGLU, "forward", plain_swiglu)
 
 
 def _pair(monkeypatch_ctx=None):
@@ -99,7 +124,7 @@ def test_loss_and_gradients_match_the_plain_formulas(monkeypatch, bf16, rtol):
     fast, ref = _pair()
     batch, draws, cfg = _batch_draws()
     got, g_fast = _loss_and_grads(fast, batch, draws, cfg, bf16)
-    monkeypatch.setattr(layers, "attention", sdpa)
+    plain_layers(monkeypatch)
     want, g_ref = _loss_and_grads(ref, batch, draws, cfg, bf16)
     assert got.loss.item() == pytest.approx(want.loss.item(), rel=rtol)
     for k in ("loss_elf", "loss_repa", "loss_reg"):
@@ -121,3 +146,59 @@ def test_swap_pairs_is_flip_of_each_pair_forward_and_backward():
     (grad_want,) = torch.autograd.grad(want, x, upstream)
     assert torch.equal(got, want) and torch.equal(grad_got, grad_want)
     assert torch.equal(layers.SwapPairs.apply(got), x)  # its own inverse
+
+
+def _same_function(fast, plain, inputs, upstream, atol):
+    """fast(*inputs) and plain(*inputs): values and the gradients of every input, against ``upstream``."""
+    got = fast(*inputs)
+    g_got = torch.autograd.grad(got, inputs, upstream)
+    want = plain(*inputs)
+    g_want = torch.autograd.grad(want, inputs, upstream)
+    torch.testing.assert_close(got, want, atol=atol, rtol=1e-5)
+    for a, b in zip(g_got, g_want):
+        torch.testing.assert_close(a, b, atol=atol, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(6, 10, 64), (2, 3, 4, 7, 8)])
+def test_rms_norm_function_is_f_rms_norm(shape):
+    g = torch.Generator().manual_seed(0)
+    x = (3 * torch.randn(shape, generator=g)).requires_grad_(True)
+    w = (1 + 0.3 * torch.randn(shape[-1], generator=g)).requires_grad_(True)
+    _same_function(lambda x, w: layers.RMSNormFunction.apply(x, w, 1e-6),
+                   lambda x, w: F.rms_norm(x, (shape[-1],), w, 1e-6), (x, w), torch.randn(shape, generator=g), 1e-5)
+    with torch.no_grad():  # the graph-free path: the same values
+        torch.testing.assert_close(layers.rms_norm(x, w, 1e-6), F.rms_norm(x, (shape[-1],), w, 1e-6))
+
+
+def test_qkv_function_is_norms_rope_and_scale():
+    g = torch.Generator().manual_seed(0)
+    b, s, heads, hd, prefix = 3, 9, 2, 8, 4
+    qkv = torch.randn(b, s, 3 * heads * hd, generator=g, requires_grad=True)
+    w = (1 + 0.3 * torch.randn(2, hd, generator=g)).requires_grad_(True)
+    cos, sin = layers.rope_tables(prefix, s - prefix, hd, 10_000.0)
+
+    def fast(qkv, w):
+        qk, v = layers.QKVFunction.apply(qkv, w, cos, sin, heads, 1e-6, hd ** -0.5)
+        return torch.cat([qk.flatten(), v.flatten()])
+
+    def plain(qkv, w):
+        t = qkv.view(b, s, 3, heads, hd).permute(2, 0, 3, 1, 4)
+        q, k = (layers.apply_rope(F.rms_norm(t[i], (hd,), w[i], 1e-6), cos, sin) for i in (0, 1))
+        return torch.cat([(q * hd ** -0.5).flatten(), k.flatten(), t[2].flatten()])
+    _same_function(fast, plain, (qkv, w), torch.randn(3 * b * s * heads * hd, generator=g), 1e-5)
+
+
+def test_swiglu_gate_is_silu_times_the_other_half():
+    g = torch.Generator().manual_seed(0)
+    ab = torch.randn(4, 5, 2 * 7, generator=g, requires_grad=True)
+
+    def plain(ab):
+        a, b = ab.chunk(2, dim=-1)
+        return F.silu(a) * b
+    _same_function(layers.SwiGLUGate.apply, plain, (ab,), torch.randn(4, 5, 7, generator=g), 1e-6)
+
+
+def test_attention_takes_a_prescaled_q():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 7, 8, generator=g) for _ in range(3))
+    torch.testing.assert_close(layers.attention(q * 8 ** -0.5, k, v, scale=1.0), sdpa(q, k, v))

@@ -20,7 +20,7 @@ def student():
 
 
 def test_split_muon_gets_2d_matrices_only():
-    groups = split_params(student())
+    groups = split_params(student(), "all")
     names = {k: {n for n, _ in v} for k, v in groups.items()}
     assert names["muon_in_out"] == {"head_p", "head_u"}
     assert "blocks.0.attn.qkv.weight" in names["muon_out_in"] and "self_cond_proj.weight" in names["muon_out_in"]
@@ -38,7 +38,7 @@ def test_muon_on_hidden_matrices_only_leaves_the_input_output_maps_to_adamw():
     assert {"self_cond_proj.weight", "head_p", "head_u", "final_linear.weight"} <= names["adam"]
     # every trainable parameter is in exactly one group, as with "all"
     every = [n for v in groups.values() for n, _ in v]
-    assert sorted(every) == sorted(n for v in split_params(student()).values() for n, _ in v)
+    assert sorted(every) == sorted(n for v in split_params(student(), "all").values() for n, _ in v)
     with pytest.raises(ValueError, match="muon_params"):
         split_params(student(), "blocks")
     opt = build_optimizers(student(), TrainConfig(optimizer="muon", muon_params="hidden", muon_impl="reference"))
@@ -47,7 +47,7 @@ def test_muon_on_hidden_matrices_only_leaves_the_input_output_maps_to_adamw():
 
 
 def test_muon_lr_scales_only_the_muon_groups():
-    cfg = TrainConfig(optimizer="muon", lr=1e-3, muon_lr=2e-2, muon_impl="reference")
+    cfg = TrainConfig(optimizer="muon", lr=1e-3, muon_lr=2e-2, muon_impl="reference", muon_params="all")
     opt = build_optimizers(student(), cfg)
     opt.set_lr(5e-4)  # the schedule's value for Muon is scaled by muon_lr / lr = 20
     assert [g["lr"] for g in opt.optimizers["muon"].param_groups] == pytest.approx([1e-2, 1e-2])
@@ -63,7 +63,7 @@ def test_fan_ratio_hand_values():
 
 
 def test_torch_muon_groups_give_reference_scale():
-    opts = build_optimizers(student(), TrainConfig(muon_impl="torch", lr=1.0))
+    opts = build_optimizers(student(), TrainConfig(muon_impl="torch", lr=1.0, muon_params="all"))
     opts.set_lr(0.5)
     groups = opts.optimizers["muon"].param_groups
     for g in groups:
@@ -88,7 +88,7 @@ def test_grouped_muon_is_torch_muon_batched():
     ours, theirs = _matrices(0), _matrices(0)
     kw = dict(lr=0.05, momentum=0.9, weight_decay=0.01, adjust_lr_fn="original")
     groups = lambda ps: [{"params": ps[:3]}, {"params": ps[3:], "lr": 0.02}]  # noqa: E731
-    a, b = GroupedMuon(groups(ours), **kw), torch.optim.Muon(groups(theirs), **kw)
+    a, b = GroupedMuon(groups(ours), torch.bfloat16, **kw), torch.optim.Muon(groups(theirs), **kw)
     g = torch.Generator().manual_seed(1)
     for _ in range(4):
         for p, q in zip(ours, theirs):
@@ -204,3 +204,75 @@ def test_adamw_is_fused_on_plain_tensors_and_does_the_foreach_update():
         ref.step()
     for p, q in zip(params, twins):
         assert torch.allclose(p, q, atol=1e-6)
+
+
+def smollm2_student(vocab: int = 4096):
+    """The demo's student at SmolLM2's widths (576); a smaller vocab than 49,152, which changes no rule."""
+    torch.manual_seed(0)
+    return ElfStudent(model_preset("tiny", width=64, depth=4, heads=4, repa_block=2, repa_hidden=128, bottleneck_dim=32,
+                                   feature_dim=576, reg_dim=576, teacher_dim=576, vocab_size=vocab, max_len=30,
+                                   max_prompt_len=14))
+
+
+@pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="this torch has no torch.optim.Muon")
+@pytest.mark.parametrize("fast_bf16", [False, True])
+def test_muon_by_default_orthogonalises_the_blocks_by_shape_in_the_runs_precision(monkeypatch, fast_bf16):
+    from elfreg.train import optim
+
+    st = smollm2_student()
+    opt = build_optimizers(st, TrainConfig(), fast_bf16=fast_bf16)  # the defaults: muon, muon_params hidden
+    names = {id(p): n for n, p in st.named_parameters()}
+    in_muon = {names[id(p)] for g in opt.optimizers["muon"].param_groups for p in g["params"]}
+    assert in_muon == {n for n, p in st.named_parameters() if n.startswith("blocks.") and p.ndim == 2}
+    wide = {"head_u", "head_p", "self_cond_proj.weight", "text_proj.0.weight", "final_linear.weight",
+            "reg_in.weight", "reg_out.weight", "repa_projector.net.4.weight"}
+    adam = {names[id(p)] for g in opt.optimizers["adamw"].param_groups for p in g["params"]}
+    assert wide <= adam
+    calls = []
+    real = optim.newton_schulz_batched
+
+    def spy(x, coefficients, steps, eps, dtype=torch.float32):
+        out = real(x, coefficients, steps, eps, dtype)
+        calls.append((tuple(x.shape), out.dtype))
+        return out
+    monkeypatch.setattr(optim, "newton_schulz_batched", spy)
+    for p in st.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    f = st.config.mlp_hidden
+    ns = torch.bfloat16 if fast_bf16 else torch.float32
+    # one call per shape, each on the 4 blocks' matrices stacked, transposed to (rows <= cols)
+    assert sorted(calls) == sorted([((4, 64, 192), ns), ((4, 64, 64), ns), ((4, 64, 2 * f), ns), ((4, 64, f), ns)])
+
+
+def test_muon_on_every_matrix_only_when_asked():
+    st = smollm2_student()
+    opt = build_optimizers(st, TrainConfig(muon_params="all"))
+    params = {id(p) for g in opt.optimizers["muon"].param_groups for p in g["params"]}
+    assert id(st.head_u) in params and id(st.self_cond_proj.weight) in params
+    assert TrainConfig().muon_params == "hidden"
+
+
+@pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="this torch has no torch.optim.Muon")
+def test_grouped_muon_in_fp32_is_the_per_matrix_fp32_newton_schulz():
+    from elfreg.train.optim import GroupedMuon, newton_schulz_batched
+
+    ours, single = _matrices(0), _matrices(0)
+    kw = dict(lr=0.05, momentum=0.9, weight_decay=0.0, adjust_lr_fn="original")
+    a = GroupedMuon([{"params": ours}], **kw)
+    assert a.ns_dtype == torch.float32
+    g = torch.Generator().manual_seed(1)
+    bufs = [torch.zeros_like(p) for p in single]
+    for _ in range(3):
+        for p, q, m in zip(ours, single, bufs):
+            p.grad = torch.randn(p.shape, generator=g)
+            with torch.no_grad():  # torch.optim.Muon's update, one matrix at a time, fp32 Newton-Schulz
+                m.lerp_(p.grad, 0.1)
+                u = p.grad.lerp(m, 0.9)
+                tall = u.shape[0] > u.shape[1]
+                o = newton_schulz_batched((u.mT if tall else u)[None], a.defaults["ns_coefficients"],
+                                          a.defaults["ns_steps"], a.defaults["eps"])[0]
+                q.add_(o.mT if tall else o, alpha=-0.05 * math.sqrt(max(1.0, q.shape[0] / q.shape[1])))
+        a.step()
+        for p, q in zip(ours, single):
+            torch.testing.assert_close(p.detach(), q.detach(), atol=1e-5, rtol=1e-5)

@@ -122,12 +122,17 @@ class DemoTrain:
     optimizer: str = "muon"
     muon_lr: float | None = 1e-2
     muon_params: str = "hidden"
-    precision: str = "bf16"  # bf16 autocast on the CPU too: 0.45 s vs 0.80 s per step (width 256, 2 threads)
+    # auto: bf16 autocast where this CPU measured it faster than fp32 at the student's shapes (AVX512-BF16 / AMX),
+    # else fp32: CPUs without native bf16 emulate it, ~13x slower at these shapes (elfreg.precision). Resolved once
+    # before training (elfreg.demo.machine.training_precision), so every run of a demo computes alike
+    precision: str = "auto"
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # training seeds: init, data order, draws
     log_every: int = 10
     save_every: int = 500
 
     def __post_init__(self) -> None:
+        check(self.precision in ("auto", "bf16", "fp32"), "train.precision",
+              f"unknown {self.precision!r}; choose auto, bf16 or fp32")
         check(len(self.seeds) >= 1, "train.seeds", "need at least one training seed")
         check(len(set(self.seeds)) == len(self.seeds), "train.seeds", f"seeds repeat: {self.seeds}")
         for seed in self.seeds:

@@ -12,6 +12,13 @@ import os
 import platform
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from elfreg.precision import Precision
+
+# environment variables that select torch's CPU kernels (the AVX2 emulation of docs/performance.md sets the first three)
+KERNEL_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
 
 # The vector extensions that select torch's CPU kernels (x86 /proc/cpuinfo flags, then Arm features).
 VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
@@ -46,8 +53,23 @@ def _read(path: str) -> str:
         return ""
 
 
-def machine_info(threads: int, lanes: int) -> dict:
-    """The machine, torch build and thread counts of a demo run (recorded in results.json and the report)."""
+def training_precision(cfg) -> "Precision":
+    """The demo's train.precision resolved once, before any run starts (elfreg.precision: on a CPU, bf16 against
+    fp32 timed at the student's shapes), so every run, in whichever lane, computes alike; ``cfg``: a DemoConfig."""
+    from elfreg.config import ModelConfig
+    from elfreg.precision import resolve, student_workload
+
+    s = cfg.student
+    model = ModelConfig(width=s.width, depth=s.depth, heads=s.heads, bottleneck_dim=s.bottleneck_dim,
+                        max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, repa_block=s.repa_block,
+                        repa_hidden=s.repa_hidden)  # the feature widths do not enter the blocks' products
+    return resolve(cfg.train.precision, "cpu", student_workload(model, cfg.train.batch_size, backward=True),
+                   "train.precision")
+
+
+def machine_info(threads: int, lanes: int, precision: "Precision | None" = None) -> dict:
+    """The machine, torch build and thread counts of a demo run, and the training precision (recorded in
+    results.json and the report)."""
     import torch
 
     config = torch.__config__.show()
@@ -67,6 +89,6 @@ def machine_info(threads: int, lanes: int) -> dict:
         "lanes": lanes,
         "threads_per_run": threads // lanes,
         "interop_threads": torch.get_num_interop_threads(),
-        "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY")
-                if k in os.environ},
+        "env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", *KERNEL_ENV) if k in os.environ},
+        "precision": None if precision is None else {**precision.record(), "summary": precision.describe()},
     }

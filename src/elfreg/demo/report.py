@@ -462,6 +462,8 @@ def _reproducibility(results: dict, cfg: DemoConfig) -> list[str]:
              f"| threads | {m['threads']} in all; {m['lanes']} run(s) side by side with {m['threads_per_run']} intra-op "
              f"thread(s) each (training and evaluation); {m['interop_threads']} inter-op |",
              f"| Python, OS | {m['python']}, {m['os']} |"]
+    if m.get("precision"):
+        lines.append(f"| training precision | {m['precision']['summary']} |")
     if m.get("env"):
         lines.append(f"| environment | {' '.join(f'{k}={v}' for k, v in m['env'].items())} |")
     return lines + [""]

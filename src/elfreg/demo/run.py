@@ -33,9 +33,10 @@ from elfreg.demo import arith
 from elfreg.demo import task as chain
 from elfreg.demo.config import DemoConfig
 from elfreg.demo.lanes import LanePool, evaluate_job, train_job
-from elfreg.demo.machine import machine_info
+from elfreg.demo.machine import machine_info, training_precision
 from elfreg.hub import ElfModel
 from elfreg.jsontext import dumps
+from elfreg.precision import Precision
 from elfreg.sampling.answers import extractor, text_answers
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.decode import detokenize, response_token_ids
@@ -509,6 +510,13 @@ def claim_runs(cfg: DemoConfig, out: Path) -> None:
             claim(run_dir / FOLDER_FILE, run_fingerprint(cfg, variant, seed), done, write=write, where=run_dir)
 
 
+def with_training_precision(cfg: DemoConfig) -> tuple[DemoConfig, Precision]:
+    """``cfg`` with train.precision resolved (auto -> bf16 or fp32, elfreg.demo.machine.training_precision): once,
+    before the lanes start, so every run computes alike and its fingerprint records what it computes in."""
+    precision = training_precision(cfg)
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, precision=precision.choice)), precision
+
+
 def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True,
              restart: bool = False) -> dict:
     """Run the whole demo into ``out`` (resuming its training runs; ``restart``: move an existing ``out`` aside
@@ -521,6 +529,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     out = Path(out)
     if restart:
         move_aside([out])
+    cfg, precision = with_training_precision(cfg)
     claim_runs(cfg, out)
     out.mkdir(parents=True, exist_ok=True)
     dump_yaml(cfg, out / "demo_config.yaml")
@@ -550,7 +559,8 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     phases["total"] = time.perf_counter() - start
     results["phases_seconds"] = phases
     results["threads"] = torch.get_num_threads()
-    results["machine"] = machine_info(cfg.threads, cfg.lanes)  # what the numbers reproduce on (report: Reproducibility)
+    # what the numbers reproduce on (report: Reproducibility)
+    results["machine"] = machine_info(cfg.threads, cfg.lanes, precision)
     atomic_write_text(out / "results.json", dumps(results, indent=2))
     write_report(results, cfg, out)
     return results

@@ -17,7 +17,7 @@ from pathlib import Path
 from elfreg.atomic import atomic_write_text
 from elfreg.bounds import COUNT
 from elfreg.cliargs import input_file, model_ref, output_dir
-from elfreg.fingerprint import FOLDER_FILE, add_restart_argument, claim, model_identity, move_aside
+from elfreg.fingerprint import FOLDER_FILE, add_restart_argument, claim, model_identity, move_aside, note
 from elfreg.resources import check_fits, sampler_grid_need
 from elfreg.sampling.answers import answer_for
 from elfreg.sampling.exit import nfe_summary
@@ -106,7 +106,8 @@ def run_settings(args: argparse.Namespace, bench, values: dict, model_id: str) -
     invariant = resolve_batch_invariant(getattr(args, "batch_invariant", None), device)
     return {"model": model_id, "benchmark": bench.name, "data": _data_identity(bench), "limit": args.limit,
             "long_prompts": args.long_prompts, "prompt_format": getattr(args, "prompt_format", "template"),
-            **dataclasses.asdict(cfg), "sigma": args.sigma, **_verdict_settings(args, bench),
+            **dataclasses.asdict(cfg), "sigma": args.sigma, "precision": getattr(args, "precision", "auto"),
+            **_verdict_settings(args, bench),
             **invariance_settings(invariant, getattr(args, "batch_size", None), scheme_for(invariant, device))}
 
 
@@ -191,7 +192,8 @@ def write_samples(bench, comps: list[Completion], path: Path) -> None:
 def generation_settings(path: Path) -> dict:
     """Sampler settings shared by every record of a generations file (recorded in the summary)."""
     keys = ("sampler", "nfe", "rho", "grid", "p", "eta", "w", "sigma", "t_eps", "p_mean", "p_std", "drop_reg", "seed",
-            "check_every", "patience", "min_nfe", "extract", "prompt_format", "prompt_template")
+            "check_every", "patience", "min_nfe", "extract", "prompt_format", "prompt_template", "precision",
+            "precision_used", "bf16_time_ratio")
     with open(path, encoding="utf-8") as f:
         first = json.loads(f.readline())
     return {k: first.get(k) for k in keys}
@@ -270,6 +272,8 @@ def _one_run(args: argparse.Namespace, bench, problems, resolved, out: Path, san
     code = cmd_generate(gen_args, load)
     if code != 0:
         return code
+    gen = generation_settings(gens_path)
+    note(out / FOLDER_FILE, {k: gen[k] for k in ("precision_used", "bf16_time_ratio")})  # what auto chose here
     comps = completions_from_generations(gens_path)
     comps += [Completion(p.task_id, k, "", 0) for p in problems if p.task_id in skip
               for k in range(resolved.values["samples"])]
@@ -278,7 +282,7 @@ def _one_run(args: argparse.Namespace, bench, problems, resolved, out: Path, san
                         text_limit_s=args.text_limit, progress=not args.no_progress, ks=resolved.values["ks"],
                         alias_helpers=args.alias_helpers, max_completion_bytes=args.max_completion_bytes)
     summary = score_completions(bench, comps, out / "results.jsonl", opts, sandbox)
-    summary.update(model=str(args.model), generation=generation_settings(gens_path), nfe=generation_nfe(gens_path),
+    summary.update(model=str(args.model), generation=gen, nfe=generation_nfe(gens_path),
                    samples_per_problem=resolved.values["samples"], problems=len(problems),
                    evaluation=resolved.as_dict(), prompts_too_long=skipped)
     if resolved.label:

@@ -30,6 +30,46 @@ def init_linear(layer: nn.Linear) -> nn.Linear:
     return layer
 
 
+def _normalise(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """(x * rstd, rstd) over the last dim, rstd = 1 / sqrt(mean(x^2) + eps) (B.., 1): two passes over x (its norm,
+    then the product), where F.rms_norm's CPU kernel is a composite of about ten."""
+    rstd = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
+    return x * rstd, rstd
+
+
+def _rms_backward(dxhat: Tensor, xhat: Tensor, rstd: Tensor) -> Tensor:
+    """The gradient through x -> x * rstd given the gradient ``dxhat`` of its output ``xhat``:
+    rstd (dxhat - xhat mean(dxhat xhat))."""
+    dot = torch.linalg.vecdot(dxhat, xhat).unsqueeze(-1).div_(xhat.shape[-1])
+    return torch.addcmul(dxhat, xhat, dot, value=-1.0).mul_(rstd)
+
+
+class RMSNormFunction(torch.autograd.Function):
+    """x * rsqrt(mean(x^2) + eps) * weight over the last dim, with its gradient written out: the function of
+    F.rms_norm in 3 passes forward and 6 backward, where autograd recorded about 10 and 12."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
+        xhat, rstd = _normalise(x, eps)
+        ctx.save_for_backward(xhat, rstd, weight)
+        return xhat * weight
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        xhat, rstd, weight = ctx.saved_tensors
+        dweight = (grad * xhat).flatten(0, -2).sum(0) if ctx.needs_input_grad[1] else None
+        dx = _rms_backward(grad * weight, xhat, rstd) if ctx.needs_input_grad[0] else None
+        return dx, dweight, None
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """F.rms_norm over the last dim with ``weight``, in fp32 (RMSNormFunction where a gradient is recorded)."""
+    x, weight = x.float(), weight.float()
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad):
+        return RMSNormFunction.apply(x, weight, eps)
+    return _normalise(x, eps)[0] * weight
+
+
 class RMSNorm(nn.Module):
     """RMSNorm with a learnable weight and no bias; the variance is computed in fp32."""
 
@@ -39,8 +79,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        # torch's fused kernel: the same fp32 arithmetic as x * rsqrt(mean(x^2) + eps) * weight, in one op
-        return F.rms_norm(x.float(), self.weight.shape, self.weight.float(), self.eps).to(x.dtype)
+        return rms_norm(x, self.weight, self.eps).to(x.dtype)
 
 
 def rope_tables(num_identity: int, length: int, head_dim: int, theta: float, device=None) -> tuple[Tensor, Tensor]:
@@ -86,18 +125,63 @@ class SwapPairs(torch.autograd.Function):
         return SwapPairs.forward(ctx, grad)
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """softmax(q k^T / sqrt(head_dim)) v over (B, heads, S, head_dim); bidirectional, no mask.
+def attention(q: Tensor, k: Tensor, v: Tensor, scale: float | None = None) -> Tensor:
+    """softmax(scale q k^T) v over (B, heads, S, head_dim), scale 1 / sqrt(head_dim) unless given (1: q comes
+    scaled); bidirectional, no mask.
 
     On the CPU the short sequences of a small student run as two plain fp32 matmuls: PyTorch's CPU flash kernel
     (bf16 under autocast) costs several times more there, its backward most of all (measured in
     benchmarks/bench_demo_step.py). Elsewhere SDPA picks its fused kernel. Same function up to float rounding.
     """
     if q.device.type != "cpu":
-        return F.scaled_dot_product_attention(q, k, v)
+        return F.scaled_dot_product_attention(q, k, v, scale=scale)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
     with torch.autocast("cpu", enabled=False):
-        scores = (q.float() * q.shape[-1] ** -0.5) @ k.float().transpose(-1, -2)
-        return scores.softmax(-1) @ v.float()
+        q = q.float() if scale == 1.0 else q.float() * scale
+        return (q @ k.float().transpose(-1, -2)).softmax(-1) @ v.float()
+
+
+class QKVFunction(torch.autograd.Function):
+    """The fused qkv projection's output (B, S, 3 x heads x head_dim) -> q, k stacked (2, B, heads, S, head_dim),
+    each RMS-normalised over head_dim with its weight, rotated by RoPE and (q) scaled, and v (B, heads, S, head_dim),
+    in fp32: rms_norm(x) w rotated is xhat (w cos) + swap(xhat) (swap(w) sin), with the weights, the scale and the
+    RoPE tables folded into two small (2, S, head_dim) tables. 5 ops forward and ~13 backward, where autograd
+    recorded ~30 for the same function (Attention.forward's history: norms, weights, RoPE, slices)."""
+
+    @staticmethod
+    def forward(ctx, qkv: Tensor, weight: Tensor, cos: Tensor, sin: Tensor, heads: int, eps: float,
+                q_scale: float) -> tuple[Tensor, Tensor]:
+        b, s, _ = qkv.shape
+        ctx.dtype = qkv.dtype
+        t = qkv.float().view(b, s, 3, heads, -1)
+        # (2, B, heads, S, head_dim), made contiguous once: the norm and products on the strided view cost more
+        xhat, rstd = _normalise(t[:, :, :2].permute(2, 0, 3, 1, 4).contiguous(), eps)
+        w = weight.clone()
+        w[0] *= q_scale
+        a = w[:, None] * cos  # (2, S, head_dim): q's and k's tables
+        c = SwapPairs.forward(None, w)[:, None] * sin
+        swapped = SwapPairs.forward(None, xhat)
+        qk = torch.addcmul(xhat * a[:, None, None], swapped, c[:, None, None])
+        v = t[:, :, 2].transpose(1, 2).contiguous()
+        ctx.save_for_backward(xhat, swapped, rstd, a, c, cos, sin)
+        ctx.shape, ctx.q_scale = (b, s, heads), q_scale
+        return qk, v
+
+    @staticmethod
+    def backward(ctx, dqk: Tensor, dv: Tensor):
+        xhat, swapped, rstd, a, c, cos, sin = ctx.saved_tensors
+        b, s, heads = ctx.shape
+        dqkv = torch.empty(b, s, 3, heads, xhat.shape[-1], dtype=xhat.dtype, device=xhat.device)
+        dqkv[:, :, 2] = dv.transpose(1, 2)
+        dxhat = dqk * a[:, None, None] + SwapPairs.forward(None, dqk * c[:, None, None])
+        dqkv[:, :, :2] = _rms_backward(dxhat, xhat, rstd).permute(1, 3, 0, 2, 4)
+        dweight = None
+        if ctx.needs_input_grad[1]:  # d/dw of xhat (w cos) + swap(xhat) (swap(w) sin), summed over B and heads
+            by_cos = (dqk * xhat).sum((1, 2)) * cos
+            by_sin = (dqk * swapped).sum((1, 2)) * sin
+            dweight = (by_cos + SwapPairs.forward(None, by_sin)).sum(1)
+            dweight[0] *= ctx.q_scale
+        return dqkv.view(b, s, -1).to(ctx.dtype), dweight, None, None, None, None, None
 
 
 class Attention(nn.Module):
@@ -115,14 +199,13 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, row_local: bool = False) -> Tensor:
         """x (B, S, width) -> (B, S, width); ``row_local``: the projections row by row (``by_row``)."""
         b, s, _ = x.shape
-        qkv = by_row(self.qkv, x, row_local).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        keep = torch.float32 if x.device.type == "cpu" else None
-        # q_norm / k_norm, then RoPE, on q and k stacked: the values of each on its own in half the ops
-        w = torch.stack((self.q_norm.weight, self.k_norm.weight)).float().view(2, 1, 1, 1, -1)
-        qk = F.rms_norm(qkv[:2].float(), (self.head_dim,), None, self.q_norm.eps) * w
-        q, k = apply_rope(qk.to(qkv.dtype), cos, sin, keep)
-        v = qkv[2]
-        out = attention(q, k, v).to(v.dtype)
+        qkv = by_row(self.qkv, x, row_local)
+        w = torch.stack((self.q_norm.weight, self.k_norm.weight)).float()
+        # q_norm / k_norm, then RoPE, on q and k stacked, q pre-scaled by 1 / sqrt(head_dim) (QKVFunction)
+        qk, v = QKVFunction.apply(qkv, w, cos, sin, self.heads, self.q_norm.eps, self.head_dim ** -0.5)
+        keep = torch.float32 if x.device.type == "cpu" else qkv.dtype  # the CPU's attention stays fp32
+        q, k = qk.to(keep).unbind(0)
+        out = attention(q, k, v.to(keep), scale=1.0).to(qkv.dtype)
         return by_row(self.proj, out.transpose(1, 2).reshape(b, s, -1), row_local)
 
 
@@ -139,8 +222,28 @@ class SwiGLU(nn.Module):
         return by_row(self._mlp, x, row_local)
 
     def _mlp(self, x: Tensor) -> Tensor:
-        a, b = self.w12(x).chunk(2, dim=-1)
-        return self.w3(F.silu(a) * b)
+        return self.w3(SwiGLUGate.apply(self.w12(x)))
+
+
+class SwiGLUGate(torch.autograd.Function):
+    """silu(a) * b of [a | b] (last dim), its gradient written into one [da | db] buffer: autograd's chunk + silu
+    + mul recorded a zero-filled buffer and a copy per half for the same gradient."""
+
+    @staticmethod
+    def forward(ctx, ab: Tensor) -> Tensor:
+        a, b = ab.chunk(2, dim=-1)
+        gate = F.silu(a)
+        ctx.save_for_backward(a, b, gate)
+        return gate * b
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        a, b, gate = ctx.saved_tensors
+        out = torch.empty(*grad.shape[:-1], 2 * grad.shape[-1], dtype=grad.dtype, device=grad.device)
+        da, db = out.chunk(2, dim=-1)
+        torch.ops.aten.silu_backward.grad_input(grad * b, a, grad_input=da)
+        torch.mul(grad, gate, out=db)
+        return out
 
 
 class Block(nn.Module):

@@ -22,11 +22,12 @@ from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
 from elfreg.sampling.results_io import read_records
 from elfreg.sampling.invariance import resolve_batch_invariant, scheme_for
 from elfreg.sampling.run import (PromptFile, claim_results_file, generate_to_file, generate_to_stream, inline_prompts,
-                                 read_prompts)
+                                 note_results_file, read_prompts)
 from elfreg.sampling.text import TASKS, build_pipeline, sampler_config
 
 PROMPT_FORMATS = ("template", "raw")
 OUTPUT_FORMATS = ("text", "jsonl")
+PRECISIONS = ("auto", "bf16", "fp32")
 
 
 def _presets_text() -> str:
@@ -97,6 +98,9 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
                         "docs/sampling.md, 'Batch invariance'); --no-batch-invariant batches rows into one pass "
                         "(faster; samples then depend on the batch, so --batch-size joins the run's fingerprint)")
     p.add_argument("--device", default=None, type=device, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="the network's arithmetic: auto (bf16 on CUDA; on a CPU bf16 only where it measures faster "
+                        "than fp32 at this model's shapes, once per machine), bf16 or fp32")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--prompt-format", default="template", choices=PROMPT_FORMATS,
                    help="template: each prompt is a bare question, put inside the model's saved prompt template "
@@ -206,7 +210,10 @@ def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], L
         cfg = dataclasses.replace(cfg, sigma=loaded.sigma)
     pipeline = build_pipeline(loaded.network, loaded.encoder, loaded.tokenizer, cfg, batch_size=args.batch_size,
                               max_prompt_len=loaded.max_prompt_len, prompt_format=prompt_format,
-                              prompt_template=loaded.prompt_template, batch_invariant=batch_invariant)
+                              prompt_template=loaded.prompt_template, batch_invariant=batch_invariant,
+                              precision=getattr(args, "precision", "auto"))
+    if rank == 0 and not to_stdout:  # what auto chose here, and the measured ratio, beside the settings
+        note_results_file(args, pipeline.precision.record())
     try:
         pipeline.validate(prompts.prompts, prompts.source, prompts.lines)
     except ValueError as exc:

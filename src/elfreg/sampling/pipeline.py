@@ -8,6 +8,8 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import torch
 
+from elfreg.config import ModelConfig
+from elfreg.precision import Precision, resolve, student_workload
 from elfreg.sampling.answers import extractor, text_answers
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.decode import detokenize, response_token_ids
@@ -86,12 +88,15 @@ class GenerationPipeline:
 
     def __init__(self, network: StudentLike, encoder: PromptEncoder, tokenizer: Any, cfg: SamplerConfig,
                  batch_size: int = 16, max_prompt_len: int | None = None,
-                 record_extra: dict[str, Any] | None = None, batch_invariant: bool = True) -> None:
+                 record_extra: dict[str, Any] | None = None, batch_invariant: bool = True,
+                 precision: str | Precision = "auto") -> None:
         """batch_invariant: put a network that has the switches (ElfStudent) in its device's invariance scheme
         (elfreg.sampling.invariance), so a sample does not depend on the batch size or the number of processes
         (docs/sampling.md, "Batch invariance"); False batches rows into one plain pass (faster; outputs then
-        depend on the batch)."""
-        from elfreg.sampling.invariance import apply_scheme, scheme_for
+        depend on the batch).
+        precision: the network calls' arithmetic, auto / bf16 / fp32 (elfreg.precision: auto measures bf16 against
+        fp32 at the calls' shapes on a CPU), or a resolved Precision; recorded in every record."""
+        from elfreg.sampling.invariance import apply_scheme, pass_rows, scheme_for
 
         if batch_size < 1:
             raise ValueError(f"batch_size: need >= 1, got {batch_size}")
@@ -110,6 +115,14 @@ class GenerationPipeline:
         self.record_extra = dict(record_extra or {})  # recorded beside the sampler settings (e.g. the prompt template)
         self.canvas_len = int(network.config.max_len)
         check_sampling_fits(network, cfg, batch_size, self.device, self.invariance)
+        if not isinstance(precision, Precision):
+            config = getattr(network, "config", None)
+            # rows per GEMM: one where the scheme runs them row by row (``rows``, ``layers``)
+            rows = 1 if self.invariance in ("rows", "layers") else pass_rows(self.invariance, batch_size)
+            workload = student_workload(config, rows, backward=False) if isinstance(config, ModelConfig) else None
+            precision = resolve(precision, self.device, workload, "--precision")
+        self.precision = precision
+        self.record_extra.update(precision.record())
 
     def validate(self, prompts: Sequence[str], source: str = "prompts",
                  line_numbers: Sequence[int] | None = None) -> None:
@@ -149,7 +162,8 @@ class GenerationPipeline:
         answer_of = None
         if self.cfg.sampler == "adaptive":
             answer_of = text_answers(self.tokenizer, prompt_mask, extractor(self.cfg.extract), finish)
-        out = sample(self.counter, x_prompt, prompt_mask, self.cfg, keys, answer_of)
+        with self.precision.autocast(self.device.type):
+            out = sample(self.counter, x_prompt, prompt_mask, self.cfg, keys, answer_of)
         answers = response_token_ids(out.token_ids, prompt_mask.cpu(), int(self.tokenizer.eos_token_id))
         texts = detokenize(self.tokenizer, answers)
         t2 = time.perf_counter()

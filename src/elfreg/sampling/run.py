@@ -14,7 +14,7 @@ from typing import IO, Any
 import torch.distributed as dist
 from tqdm import tqdm
 
-from elfreg.fingerprint import claim, model_identity
+from elfreg.fingerprint import claim, model_identity, note
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.results_io import AppendWriter, done_keys, read_records, record_key, repair_truncated_tail
@@ -110,13 +110,15 @@ def fingerprint_path(out: Path) -> Path:
 def generation_settings(args: Any, cfg: SamplerConfig, prompts: PromptFile, batch_invariant: bool = True,
                         scheme: str | None = None) -> dict:
     """What changes the samples of `elfreg generate`: the model, the prompts' bytes, every sampler setting
-    (``sigma``: as given, None = the model's), batch invariance. Not --samples (noise is f(seed, prompt, sample):
-    more samples extend a run), device or progress; nor the batch size while outputs are batch-invariant."""
+    (``sigma``: as given, None = the model's), --precision, batch invariance. Not --samples (noise is f(seed,
+    prompt, sample): more samples extend a run), device or progress; nor the batch size while outputs are
+    batch-invariant. What --precision auto chose is a note beside these (``note_results_file``), as the device:
+    each record carries it too."""
     from elfreg.sampling.invariance import invariance_settings
 
     return {"model": model_identity(args.model), "prompts": prompts.digest,
             "prompt_field": args.prompt_field, "prompt_format": getattr(args, "prompt_format", "template"),
-            **dataclasses.asdict(cfg), "sigma": args.sigma,
+            **dataclasses.asdict(cfg), "sigma": args.sigma, "precision": getattr(args, "precision", "auto"),
             **invariance_settings(batch_invariant, getattr(args, "batch_size", None), scheme)}
 
 
@@ -128,6 +130,11 @@ def claim_results_file(args: Any, cfg: SamplerConfig, prompts: PromptFile, batch
     existing = [out, *_parts(out)]
     claim(fingerprint_path(out), generation_settings(args, cfg, prompts, batch_invariant, scheme), existing,
           getattr(args, "restart", False), aside=[*existing, fingerprint_path(out)])
+
+
+def note_results_file(args: Any, facts: dict) -> None:
+    """Record measured facts of this run (the precision used, the bf16 / fp32 time ratio) in --out's fingerprint."""
+    note(fingerprint_path(Path(args.out)), facts)
 
 
 def generate_to_file(pipeline: GenerationPipeline, prompts: PromptFile, out: str | os.PathLike, samples: int,

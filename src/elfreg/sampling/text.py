@@ -34,9 +34,11 @@ def sampler_config(*, task: str | None = None, w: float | None = None, extract: 
 
 def build_pipeline(network: Any, encoder: Any, tokenizer: Any, cfg: SamplerConfig, *, batch_size: int = 16,
                    max_prompt_len: int | None = None, prompt_format: str = "template",
-                   prompt_template: str | None = None, batch_invariant: bool | None = None) -> GenerationPipeline:
+                   prompt_template: str | None = None, batch_invariant: bool | None = None,
+                   precision: Any = "auto") -> GenerationPipeline:
     """The GenerationPipeline every text-producing entry point runs (generate, ElfModel.generate, serve), with the
-    records' prompt format and template and the batch-invariance switch (None: the device's default)."""
+    records' prompt format and template, the batch-invariance switch (None: the device's default) and the
+    precision (auto / bf16 / fp32, or a resolved elfreg.precision.Precision)."""
     from elfreg.sampling.invariance import resolve_batch_invariant
 
     device = next((p.device for p in getattr(network, "parameters", lambda: iter(()))()), None)
@@ -44,11 +46,11 @@ def build_pipeline(network: Any, encoder: Any, tokenizer: Any, cfg: SamplerConfi
     return GenerationPipeline(network, encoder, tokenizer, cfg, batch_size=batch_size, max_prompt_len=max_prompt_len,
                               record_extra={"prompt_format": prompt_format, "prompt_template": prompt_template,
                                             "batch_invariant": batch_invariant},
-                              batch_invariant=batch_invariant)
+                              batch_invariant=batch_invariant, precision=precision)
 
 
 def model_pipeline(model: Any, cfg: SamplerConfig, *, batch_size: int = 16, formatted: bool = False,
-                   batch_invariant: bool | None = None) -> GenerationPipeline:
+                   batch_invariant: bool | None = None, precision: Any = "auto") -> GenerationPipeline:
     """``build_pipeline`` over an ElfModel: its student, its encoder (the saved template unless ``formatted``)."""
     from elfreg.sampling.cli import ElfModelEncoder
 
@@ -56,7 +58,7 @@ def model_pipeline(model: Any, cfg: SamplerConfig, *, batch_size: int = 16, form
                           batch_size=batch_size, max_prompt_len=model.config.model.max_prompt_len,
                           prompt_format="raw" if formatted else "template",
                           prompt_template=None if formatted else model.prompt_template,
-                          batch_invariant=batch_invariant)
+                          batch_invariant=batch_invariant, precision=precision)
 
 
 def model_sampler_config(model: Any, sampler: str = "early-stop", nfe: int = 64, seed: int = 0,
@@ -69,7 +71,7 @@ def model_sampler_config(model: Any, sampler: str = "early-stop", nfe: int = 64,
 
 def generate_texts(model: Any, prompts: str | Sequence[str], *, sampler: str = "early-stop", nfe: int = 64,
                    samples: int = 1, seed: int = 0, task: str | None = None, batch_size: int = 16,
-                   formatted: bool = False, batch_invariant: bool | None = None,
+                   formatted: bool = False, batch_invariant: bool | None = None, precision: str = "auto",
                    **sampler_options: Any) -> list[str] | list[list[str]]:
     """The answers of ``ElfModel.generate``: one text per prompt, or a list of ``samples`` texts per prompt.
 
@@ -84,7 +86,8 @@ def generate_texts(model: Any, prompts: str | Sequence[str], *, sampler: str = "
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
         raise ValueError(f"samples: need an integer >= 1, got {samples!r}")
     cfg = model_sampler_config(model, sampler, nfe, seed, task, **sampler_options)
-    pipe = model_pipeline(model, cfg, batch_size=batch_size, formatted=formatted, batch_invariant=batch_invariant)
+    pipe = model_pipeline(model, cfg, batch_size=batch_size, formatted=formatted, batch_invariant=batch_invariant,
+                          precision=precision)
     pipe.validate(prompts, "prompt", range(len(prompts)))
     texts: list[list[str]] = [[""] * samples for _ in prompts]
     for rec in pipe.generate(prompts, samples):

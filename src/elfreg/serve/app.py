@@ -92,7 +92,8 @@ def _usage(prompt_tokens: int, answers: list[tuple[str, str, int]]) -> dict:
 class Server:
     """The model behind the API: request bodies -> sampler settings and jobs -> OpenAI responses."""
 
-    def __init__(self, model: Any, settings: ServeSettings, batch_invariant: bool | None = None) -> None:
+    def __init__(self, model: Any, settings: ServeSettings, batch_invariant: bool | None = None,
+                 precision: str = "auto") -> None:
         from elfreg.sampling.text import model_pipeline
 
         self.model = model
@@ -100,7 +101,7 @@ class Server:
         self.created = int(time.time())
         model.tokenizer   # the frozen encoder and tokenizer load now, not on the first request
         self.batcher = Batcher(lambda cfg: model_pipeline(model, cfg, batch_size=settings.max_batch, formatted=True,
-                                                          batch_invariant=batch_invariant),
+                                                          batch_invariant=batch_invariant, precision=precision),
                                settings.max_batch, settings.max_wait_ms)
 
     # -- requests -> jobs ---------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from elfreg.serve import MAX_BATCH, MAX_WAIT_MS
 
 # The sampler flags of `elfreg generate` that set the server's defaults (a request's extra fields override them).
 DEFAULT_FLAGS = ("sampler", "nfe", "rho", "grid", "p", "eta", "w", "task", "sigma", "drop_reg", "check_every",
-                 "patience", "min_nfe", "extract", "seed", "device", "batch_invariant")
+                 "patience", "min_nfe", "extract", "seed", "device", "batch_invariant", "precision")
 log = logging.getLogger(__name__)
 PORT = Range(0, 65535, integer=True, why="0: any free port")
 
@@ -41,7 +41,7 @@ def register(subparsers) -> None:
 
 def settings_of(args: argparse.Namespace) -> dict:
     """The default sampler settings of the server's flags (sampler_config keyword arguments)."""
-    keys = [k for k in DEFAULT_FLAGS if k not in ("device", "batch_invariant")]
+    keys = [k for k in DEFAULT_FLAGS if k not in ("device", "batch_invariant", "precision")]
     return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
 
 
@@ -63,7 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         model = ElfModel.from_pretrained(args.model, device=generation_device(args))
         model_sampler_config(model, **settings.defaults)   # bad defaults fail here, naming the field
-        server = Server(model, settings, args.batch_invariant)
+        server = Server(model, settings, args.batch_invariant, args.precision)
     except (ValueError, OSError) as exc:
         print(f"elfreg serve: error: {error_line(exc, args)}", file=sys.stderr)
         return 2

@@ -68,15 +68,19 @@ class TrainConfig:
     # (facts §3.7). Muon's update has a fixed spectral norm, so in a short run of a narrow student it moves the
     # matrices far less than AdamW at the same lr (docs/training.md "Learning-rate schedules")
     muon_lr: float | None = None
-    # "all": Muon on every 2-D matrix (the reference); "hidden": only the transformer blocks' matrices, AdamW on the
-    # input/output maps and embedders (common Muon practice; on a CPU, orthogonalising the 576-wide input/output
-    # maps of a small student costs more than its forward and backward: docs/training.md)
-    muon_params: Literal["all", "hidden"] = "all"
+    # "hidden" (default): Muon only on the transformer blocks' matrices, AdamW on the input/output maps, the vocab
+    # head and the embedders (common Muon practice). "all": Muon on every 2-D matrix, as the reference does (facts
+    # §3.7; the paper presets set it). On a narrow student the feature-wide maps and the vocab head (576 x 49152 for
+    # SmolLM2) are the largest matrices by far: orthogonalising them costs more than the forward and backward
+    # (docs/training.md, "Optimiser")
+    muon_params: Literal["all", "hidden"] = "hidden"
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     adam_eps: float = 1e-8
     weight_decay: float = 0.0
-    precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 autocast on CUDA, fp32 elsewhere
+    # auto: bf16 autocast on CUDA; on a CPU, bf16 only where it measured faster than fp32 at this run's shapes
+    # (elfreg.precision: CPUs without native bf16 emulate it, 5-50x slower). Muon's Newton-Schulz follows it.
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
     compile: bool = False
     grad_checkpointing: bool = False
     parallel: Literal["ddp", "fsdp"] = "ddp"

@@ -5,16 +5,24 @@ momentum without bias correction and Newton–Schulz in bf16; its default ``adju
 the update by sqrt(max(1, A/B)) for a (A, B) parameter, which is the reference's sqrt(max(1, fan_out/fan_in))
 for nn.Linear weights (stored (out, in)). The bare head matrices P (H×d) and U (d×V) are stored (in, out), so
 their group carries ``lr_scale`` = reference ratio / torch ratio and gets the reference scaling.
-``GroupedMuon`` (``muon_impl: grouped``) is torch.optim.Muon's update with its state, run on all matrices of one
-shape at once (stacked, batched Newton–Schulz): 3.5 vs 10.8 ms per step on the demo's 20 block matrices (1 CPU
-thread, benchmarks/bench_demo_step.py), where torch's per-matrix loop is mostly dispatch. ``auto`` picks it.
+``GroupedMuon`` (``muon_impl: grouped``, what ``auto`` picks) is torch.optim.Muon's update with its state, run on
+all matrices of one shape at once (stacked, batched Newton–Schulz): a small model's Muon step is mostly per-matrix
+dispatch otherwise. Its Newton–Schulz runs in bf16 only where the run's precision is bf16 on hardware that runs bf16
+fast (CUDA, or a CPU that measured it faster: elfreg.precision), else in fp32, as the reference does: on a CPU
+without native bf16 one bf16 iteration on a (576 x 49152) head took minutes.
 ``ReferenceMuon`` is the reference's own update (bias-corrected Nesterov momentum, fp32 Newton–Schulz, same
 scaling) and also handles FSDP-sharded (DTensor) matrices by gathering each update for the orthogonalisation.
 The Adam side is torch AdamW (the reference uses a Nesterov Adam; betas, eps and wd 0 are the reference's).
+
+Which matrices (``train.muon_params``): "hidden" (the default) orthogonalises only the transformer blocks'
+matrices; "all" every 2-D matrix, the vocabulary head and the feature-wide input/output maps included, as the
+reference does (the paper presets ask for it). On a narrow student those maps are the widest matrices by far, and
+Newton–Schulz on them costs more than the forward and backward (docs/training.md, "Optimiser").
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 
@@ -23,10 +31,12 @@ from torch import Tensor, nn
 
 from elfreg.train.config import TrainConfig
 
+log = logging.getLogger(__name__)
+
 NS_COEFFS = (3.4445, -4.7750, 2.0315)
 
 
-def split_params(model: nn.Module, muon_params: str = "all") -> dict[str, list[tuple[str, nn.Parameter]]]:
+def split_params(model: nn.Module, muon_params: str = "hidden") -> dict[str, list[tuple[str, nn.Parameter]]]:
     """{"muon_out_in": Linear weights, "muon_in_out": other 2-D matrices, "adam": the rest} (trainable only).
 
     ``muon_params`` "all": every 2-D matrix goes to Muon (the reference, facts §3.7); "hidden": only the
@@ -114,10 +124,12 @@ def _muon_adjusted_lr(lr: float, adjust_lr_fn: str | None, shape: tuple[int, ...
     return lr
 
 
-def newton_schulz_batched(x: Tensor, coefficients: tuple[float, float, float], steps: int, eps: float) -> Tensor:
-    """torch.optim.Muon's Newton–Schulz (bf16, spectral norm <= 1 by the Frobenius norm) on a stack (n, r, c), r <= c."""
+def newton_schulz_batched(x: Tensor, coefficients: tuple[float, float, float], steps: int, eps: float,
+                          dtype: torch.dtype = torch.float32) -> Tensor:
+    """torch.optim.Muon's Newton–Schulz (spectral norm <= 1 by the Frobenius norm) on a stack (n, r, c), r <= c, in
+    ``dtype`` (torch's own runs it in bf16)."""
     a, b, c = coefficients
-    x = x.bfloat16()
+    x = x.to(dtype)
     x = x / x.norm(dim=(1, 2), keepdim=True).clamp(min=eps)
     for _ in range(steps):
         gram = x @ x.mT
@@ -127,7 +139,12 @@ def newton_schulz_batched(x: Tensor, coefficients: tuple[float, float, float], s
 
 class GroupedMuon(torch.optim.Muon):
     """torch.optim.Muon (same update, hyper-parameters and state) with the matrices of one shape orthogonalised
-    together: a small model's Muon step is dominated by the per-matrix calls, not by the arithmetic."""
+    together: a small model's Muon step is dominated by the per-matrix calls, not by the arithmetic. ``ns_dtype``:
+    Newton–Schulz's arithmetic (fp32 unless bf16 is fast here; torch's runs it in bf16)."""
+
+    def __init__(self, params, ns_dtype: torch.dtype = torch.float32, **kw) -> None:
+        super().__init__(params, **kw)
+        self.ns_dtype = ns_dtype
 
     @torch.no_grad()
     def step(self, closure=None):  # noqa: D102
@@ -151,7 +168,8 @@ class GroupedMuon(torch.optim.Muon):
                 by_shape.setdefault(key, []).append(len(items))
                 items.append((group, p, u.mT if tall else u, tall))
         for (_, coefficients, steps, eps), idx in by_shape.items():
-            ortho = newton_schulz_batched(torch.stack([items[i][2] for i in idx]), coefficients, steps, eps)
+            ortho = newton_schulz_batched(torch.stack([items[i][2] for i in idx]), coefficients, steps, eps,
+                                          self.ns_dtype)
             for j, i in enumerate(idx):
                 group, p, _, tall = items[i]
                 lr = group["lr"]
@@ -209,8 +227,12 @@ def adamw(params: list[nn.Parameter], **kw) -> torch.optim.AdamW:
     return torch.optim.AdamW(params, fused=fused, foreach=None if fused else True, **kw)
 
 
-def build_optimizers(model: nn.Module, cfg: TrainConfig) -> Optimizers:
-    """Muon (2-D matrices) + AdamW (the rest) with one lr, or AdamW on everything (facts §3.7)."""
+def build_optimizers(model: nn.Module, cfg: TrainConfig, fast_bf16: bool = False) -> Optimizers:
+    """Muon (2-D matrices, ``cfg.muon_params``) + AdamW (the rest) with one lr, or AdamW on everything (facts §3.7).
+
+    ``fast_bf16``: the run computes in bf16 on hardware that runs it fast (elfreg.precision.Precision.fast_bf16);
+    only then does Newton–Schulz run in bf16.
+    """
     groups = split_params(model, cfg.muon_params if cfg.optimizer == "muon" else "all")
     adam_kw = dict(lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                    weight_decay=cfg.weight_decay)
@@ -230,9 +252,16 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig) -> Optimizers:
             torch_ratio = math.sqrt(max(1.0, p.shape[0] / p.shape[1]))
             pgroups.append({"params": [p], "lr_scale": rel * fan_ratio(tuple(p.shape), "in_out") / torch_ratio})
         if pgroups:
-            muon = GroupedMuon if impl == "grouped" else torch.optim.Muon
-            opts["muon"] = muon(pgroups, lr=cfg.lr * rel, momentum=cfg.muon_momentum, nesterov=True,
-                                weight_decay=cfg.weight_decay, adjust_lr_fn="original")
+            kw = dict(lr=cfg.lr * rel, momentum=cfg.muon_momentum, nesterov=True, weight_decay=cfg.weight_decay,
+                      adjust_lr_fn="original")
+            if impl == "grouped":
+                opts["muon"] = GroupedMuon(pgroups, torch.bfloat16 if fast_bf16 else torch.float32, **kw)
+            else:
+                if not fast_bf16:
+                    log.warning("train.muon_impl=torch: torch.optim.Muon runs Newton-Schulz in bf16, and this run "
+                                "computes in fp32 or bf16 is slow here (elfreg.precision); muon_impl=auto runs it "
+                                "in fp32")
+                opts["muon"] = torch.optim.Muon(pgroups, **kw)
     else:
         pgroups = [{"params": [p for _, p in groups[k]], "orientation": k.split("_", 1)[1], "lr_scale": rel}
                    for k in ("muon_out_in", "muon_in_out") if groups[k]]

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from elfreg import precision
 from elfreg.atomic import atomic_write_text
 from elfreg.configtools import ConfigError, dump_yaml, to_dict
 from elfreg.data.templates import prompt_template
@@ -26,6 +27,7 @@ from elfreg.fingerprint import move_aside
 from elfreg.hub import ElfModel, check_shapes
 from elfreg.jsontext import dumps
 from elfreg.objective import draw, loss_counts
+from elfreg.precision import Precision
 from elfreg.resources import check_fits, training_need
 from elfreg.stats import FeatureStats
 from elfreg.train import checkpoint as ck
@@ -312,10 +314,11 @@ class Trainer:
         student = elf.student.to(self.device).train()
         student.grad_checkpointing = tc.grad_checkpointing
         self.student = student
+        self.precision = self._resolve_precision()
         self.module = wrap(student, tc.parallel, self.info, self.device)
         if tc.compile:
             self.module = torch.compile(self.module)
-        self.optim = build_optimizers(student, tc)
+        self.optim = build_optimizers(student, tc, self.precision.fast_bf16)
         self.ema = EMA(student, tc.ema_decay)
         if self.resume_from is not None:
             self._load_train_state(ema_init)
@@ -323,6 +326,22 @@ class Trainer:
             self._assign_ema(ema_init)
             if self.init_optimizer_from is not None:
                 self._load_optimizer(self.init_optimizer_from, "train.init_optimizer: continue")
+
+    def _resolve_precision(self) -> Precision:
+        """train.precision for this run (elfreg.precision: on a CPU, measured at the student's shapes); under
+        torch.distributed every rank takes rank 0's choice, so that all compute alike."""
+        cfg = self.cfg
+        choice = None
+        if self.info.is_main:
+            workload = precision.student_workload(cfg.model, self.per_rank, backward=True)
+            choice = precision.resolve(cfg.train.precision, self.device, workload, "train.precision")
+        if self.info.enabled:
+            import torch.distributed as dist
+
+            box = [choice]
+            dist.broadcast_object_list(box, src=0)
+            choice = box[0]
+        return choice
 
     def _assign_ema(self, ema_full: dict[str, Tensor]) -> None:
         with torch.no_grad():
@@ -365,9 +384,7 @@ class Trainer:
 
     # -- one optimiser step ---------------------------------------------------------------------------------------
     def _autocast(self):
-        p = self.cfg.train.precision
-        on = self.device.type == "cuda" and p in ("auto", "bf16") or (p == "bf16" and self.device.type == "cpu")
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=on)
+        return self.precision.autocast(self.device.type)
 
     def _micro_batches(self):
         cfg, m = self.cfg, self.cfg.model
@@ -547,7 +564,7 @@ class Trainer:
                 history.append({"step": step, **metrics})
                 log.advance()
                 if step % tc.log_every == 0 or step == total:
-                    metrics.update(self.progress(step))
+                    metrics.update(self.progress(step), **self.precision.record())
                     log.log(step, metrics)
                     self.check_overflow(metrics)
                 if step % tc.save_every == 0 or step in epoch_steps:
@@ -561,7 +578,7 @@ class Trainer:
         model_dir = None
         dtype = next(iter(self.student.state_dict().values())).dtype
         ema = {k: _full(v).detach().cpu().to(dtype) for k, v in self.ema.shadow.items()}  # collective under FSDP
-        summary = {"steps": step, "planned_steps": total, **self.progress(step),
+        summary = {"steps": step, "planned_steps": total, **self.progress(step), **self.precision.record(),
                    "epoch_checkpoints": {k: s for k, s in self.epoch_steps.items() if s <= step},
                    "plan": json.loads(self.plan.to_json()) if self.plan is not None else None}
         training = self.card_training(step)
