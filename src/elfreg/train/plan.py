@@ -268,7 +268,9 @@ def check_sources(cfg, probe=None) -> bool:
     import os
 
     b = cfg.backbones
-    encoder_remote = not os.path.exists(os.path.expanduser(b.encoder))
+    from elfreg.backbone_source import looks_local
+
+    encoder_remote = not looks_local(os.path.expanduser(b.encoder))  # a missing local path: the tokenizer's load says
     data_remote = [(i, s) for i, s in enumerate(cfg.data.sources)
                    if s.get("hub_id") is not None and not os.path.isdir(os.path.expanduser(str(s["hub_id"])))]
     if not encoder_remote and not data_remote:
