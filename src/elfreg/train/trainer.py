@@ -77,7 +77,7 @@ def count_rows(cfg: RunConfig, tokenizer) -> dict:
 def plan_from_counts(cfg: RunConfig, counts: dict) -> TrainPlan:
     """make_plan from count_rows' (or a feature cache's) counts."""
     plan = make_plan(cfg, rows=counts["rows"], overflow=tuple(counts["overflow"]),
-                     tokens_per_epoch=counts["tokens_per_epoch"], max_tokens=counts["max_tokens"])
+                     tokens_per_epoch=counts["tokens_per_epoch"], max_tokens=counts["max_tokens"], fit=counts.get("fit"))
     plan.rows_read, plan.bad_rows = counts.get("rows_read", plan.rows_read), counts.get("bad_rows", 0)
     return plan
 
