@@ -241,7 +241,7 @@ class Trainer:
         cache_dir = self.cfg.data.cache_dir or str(self.output / "feature-cache")
         if self.info.is_main:
             CachedFeatures.build_or_load(rows, self.backbones, self.cfg.canvas_config(), cache_dir,
-                                         self.cfg.data.task, self.need_teacher)
+                                         self.cfg.data.task, self.need_teacher, progress=self.cfg.train.progress)
         barrier(self.info)
         return CachedFeatures.build_or_load(rows, self.backbones, self.cfg.canvas_config(), cache_dir,
                                             self.cfg.data.task, self.need_teacher)
