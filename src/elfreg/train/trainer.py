@@ -61,7 +61,9 @@ def run_stream(cfg: RunConfig, rank: int = 0, world: int = 1, epochs: int | None
 
     d = cfg.data
     if not d.sources:
-        raise ValueError("data.sources is empty: name at least one source (see docs/data.md)")
+        raise ValueError("data.sources is empty: name at least one source, e.g. \"data.sources=[{name: mine, task: "
+                         "math, path: mydata.jsonl, format: jsonl, columns: {prompt: question, response: answer}}]\" "
+                         "(docs/training.md, \"Train on your JSONL\"; docs/data.md)")
     specs = d.source_specs(os.environ.get("ELFREG_SHARED") or str(Path.cwd().parent / "shared"))
     return ExampleStream(specs, cfg.train.seed, d.shuffle_buffer, d.epochs if epochs == "cfg" else epochs, rank, world)
 
