@@ -38,17 +38,12 @@ def parse_setting(text: str) -> tuple[str, list[str]]:
 
 def read_results(path: Path) -> list[dict]:
     """The runs recorded in ``path`` (a torn last line from a kill is dropped)."""
-    if not path.is_file():
-        return []
-    out = []
-    lines = path.read_text().splitlines()
-    for i, line in enumerate(lines):
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i != len(lines) - 1:
-                raise SystemExit(f"{path}:{i + 1}: not a JSON line") from None
-    return out
+    from elfreg.train.metrics import read_metrics  # the same JSON-lines reading
+
+    try:
+        return read_metrics(path)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def run_key(rec: dict) -> tuple:

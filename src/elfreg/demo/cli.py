@@ -6,15 +6,27 @@ import argparse
 import time
 from typing import Any
 
-from elfreg.cliargs import output_dir
+from elfreg.cliargs import output_dir, quiet_loaders
 from elfreg.configtools import apply_overrides, from_dict, to_dict
 from elfreg.fingerprint import add_restart_argument
+
+
+# The default demo's time as asked (3 training seeds x 1,100 steps, nothing cut), `elfreg demo` alone (`make demo`
+# adds its set-up), per CPU class, 2 cores: measured (docs/demo.md, "Time per CPU class").
+TIME_PER_CPU_CLASS = ("as asked, the default run takes about {native} on 2 cores of a CPU with native bf16 "
+                      "(AVX512-BF16 / AMX: Intel Sapphire Rapids and later, AMD Zen 4 and later) and about {avx2} "
+                      "on 2 cores of an AVX2-only CPU (most laptops, older cloud VMs; docs/demo.md)")
+MEASURED = {"native": "[LEAD: minutes, native]", "avx2": "[LEAD: minutes, AVX2]"}
 
 
 def register(subparsers: Any) -> None:
     """Add the `demo` subcommand."""
     p = subparsers.add_parser("demo", help="train ELF and ELF-REG on a built-in task with a real frozen SmolLM2, "
-                                           "evaluate every sampler, write a report (CPU, ~10 min)")
+                                           "evaluate every sampler, write a report (CPU; fits --budget, 10 min)",
+                              description="Train ELF and ELF-REG on a built-in task with SmolLM2-135M as frozen "
+                                          "encoder and teacher, evaluate every sampler, write report.md. It first "
+                                          "times a few steps, prints its estimate and plan, and cuts what does not "
+                                          "fit --budget; " + TIME_PER_CPU_CLASS.format(**MEASURED) + ".")
     p.add_argument("--out", default="demo_out", type=output_dir,
                    help="output folder (report.md, plots, results.json, models; resumed when it exists)")
     p.add_argument("--quick", action="store_true", help="a reduced run (about a minute): every stage, tiny budgets "
@@ -25,6 +37,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cache-dir", default=None, type=output_dir,
                    help="feature cache (default $ELFREG_CACHE_DIR/features or ~/.cache/elfreg/features)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    p.add_argument("--budget", type=budget_minutes, default=10.0, metavar="MINUTES",
+                   help="minutes the demo may take (default 10; 0: no limit). Before training it times a few steps, "
+                        "prints its estimate and plan, and cuts what does not fit: training seeds first, then "
+                        "sampling seeds, then steps, never below train.min_steps (the fewest this task learns in); "
+                        "the report says what was cut and what that does to its claims")
     add_restart_argument(p)
     p.add_argument("overrides", nargs="*", metavar="key=value", help="settings, e.g. train.steps=300 eval.seeds=[0]")
     p.set_defaults(func=cmd_demo)
@@ -48,12 +65,26 @@ def demo_config(quick: bool, overrides: list[str], preset: str | None = None):
     return from_dict(DemoConfig, apply_overrides(data, overrides))
 
 
+def budget_minutes(text: str) -> float:
+    """``--budget``: minutes >= 0 (0: no limit)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of minutes: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be minutes >= 0 (0: no limit), got {text}")
+    return value
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo; prints where the report is and the total wall time."""
     from elfreg.demo.run import run_demo
 
     t0 = time.perf_counter()
     cfg = demo_config(args.quick, args.overrides, args.preset)
-    run_demo(cfg, args.out, args.cache_dir, progress=not args.no_progress, restart=args.restart)
+    if args.no_progress:
+        quiet_loaders()
+    run_demo(cfg, args.out, args.cache_dir, progress=not args.no_progress, restart=args.restart,
+             budget_s=60 * args.budget if args.budget else None)
     print(f"elfreg demo: report {args.out}/report.md; total wall time {time.perf_counter() - t0:.0f} s")
     return 0

@@ -21,12 +21,13 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable
 
-_WORKER: dict[str, Any] = {}  # in a worker process: its config, shared data, stop event and progress queue
+_WORKER: dict[str, Any] = {}  # in a worker process: its config, shared data, stop event, progress queue, barrier
 
 
-def _start(stop, queue, init: Callable | None, args: tuple) -> None:
-    """Worker initializer: keep the stop event and the progress queue, then run ``init(*args)``."""
-    _WORKER.update(stop=stop, queue=queue)
+def _start(stop, queue, together, init: Callable | None, args: tuple) -> None:
+    """Worker initializer: keep the stop event, the progress queue and the lanes' barrier, then run
+    ``init(*args)``."""
+    _WORKER.update(stop=stop, queue=queue, together=together)
     if init is not None:
         init(*args)
 
@@ -61,17 +62,36 @@ class QueueBar:
         self.queue.put((self.tag, n))
 
 
-def train_job(job: tuple[str, int], out: str) -> dict:
+def _planned(cfg_data: dict | None):
+    """The settings a job runs with: the demo's plan (``cfg_data``, the budget may have cut them), else the pool's."""
+    if cfg_data is None:
+        return _WORKER["cfg"]
+    from elfreg.configtools import from_dict
+    from elfreg.demo.config import DemoConfig
+
+    return from_dict(DemoConfig, cfg_data)
+
+
+def train_job(job: tuple[str, int], out: str, cfg_data: dict | None = None) -> dict:
     """Worker: train (or resume) run ``job`` = (variant, seed) of the demo into ``out``/<variant>/seed-<seed>."""
     from elfreg.demo.run import train_run
 
     w, bar = _WORKER, QueueBar(_WORKER["queue"], "train")
     variant, seed = job
-    return train_run(w["data"], w["cfg"], variant, seed, Path(out) / variant / f"seed-{seed}", w["stop"], w["lock"],
-                     progress=False, on_steps=bar.update)
+    return train_run(w["data"], _planned(cfg_data), variant, seed, Path(out) / variant / f"seed-{seed}", w["stop"],
+                     w["lock"], progress=False, on_steps=bar.update)
 
 
-def evaluate_job(model_dir: str) -> dict:
+def time_job(variant: str) -> dict:
+    """Worker: the seconds of a training run's parts of ``variant`` (``run.time_run``), timed beside the other lanes'
+    (each lane passes the pool's barrier before its steps)."""
+    from elfreg.demo.run import time_run
+
+    w = _WORKER
+    return time_run(w["data"], w["cfg"], variant, w["lock"], w["together"])
+
+
+def evaluate_job(model_dir: str, cfg_data: dict | None = None) -> dict:
     """Worker: every (sampler, NFE, seed) cell of the model in ``model_dir`` on the test problems."""
     from elfreg.demo.run import encode_test, evaluate
     from elfreg.hub import ElfModel
@@ -80,7 +100,7 @@ def evaluate_job(model_dir: str) -> dict:
     data = w["data"]
     model = ElfModel.from_pretrained(model_dir)
     model.attach_backbones(data.backbones)
-    return evaluate(model, data.test_problems, data.test_rows, w["cfg"], QueueBar(w["queue"], "evaluate"),
+    return evaluate(model, data.test_problems, data.test_rows, _planned(cfg_data), QueueBar(w["queue"], "evaluate"),
                     encode_test(model, data.test_rows))
 
 
@@ -93,8 +113,9 @@ class LanePool:
         # A SimpleQueue writes each count into the pipe before put() returns (a Queue hands it to a feeder thread),
         # so every count a job sent is readable once its result is back: the bar misses none.
         self.queue = ctx.SimpleQueue()
+        self.together = ctx.Barrier(lanes)  # for jobs that must run side by side, one per lane (time_job)
         self.pool = ProcessPoolExecutor(lanes, mp_context=ctx, initializer=_start,
-                                        initargs=(self.stop, self.queue, init, args))
+                                        initargs=(self.stop, self.queue, self.together, init, args))
 
     @classmethod
     def for_demo(cls, cfg, cache_dir: str | Path | None) -> "LanePool":

@@ -301,11 +301,21 @@ def task_description(cfg: DemoConfig) -> str:
     return (f"pointer chasing ({t.hops} hops, {t.distractors} distractor chain(s) of {t.distractor_hops} hops)")
 
 
+def smoke_line(cfg: DemoConfig) -> list[str]:
+    """One line when the runs are shorter than the task needs to learn (``--quick``): the cells test the pipeline."""
+    t = cfg.train
+    if t.steps >= t.min_steps:
+        return []
+    return [f"**Smoke test**: {t.steps} steps per run, below the {t.min_steps:,} this task needs to learn "
+            "(`train.min_steps`, docs/demo.md), so the models cannot learn it: the cells below check that every stage "
+            "runs end to end, not what the method does (accuracy near 0 is expected).", ""]
+
+
 def _header(results: dict, cfg: DemoConfig) -> list[str]:
     ev, t = cfg.eval, cfg.train
     schedule = t.lr_schedule if t.lr_schedule == "constant" else (
         f"{t.lr_schedule} decay to {t.min_lr_ratio:g} lr over the last {100 * t.decay_fraction:.0f} % of the steps")
-    return ["# elfreg demo report", "",
+    return ["# elfreg demo report", "", *smoke_line(cfg),
             f"Task: {task_description(cfg)}; {results['task']['train']} training and {results['task']['test']} "
             f"test problems. Frozen encoder/teacher: SmolLM2-135M-Instruct (encoder layer "
             f"{cfg.backbones.encoder_layer}, teacher layers {cfg.backbones.teacher_repa_layer}/"
@@ -316,6 +326,39 @@ def _header(results: dict, cfg: DemoConfig) -> list[str]:
             f"Exact-match accuracy (%) of the final answer, mean ± std over training seeds {t.seeds} x "
             f"sampling seeds {ev.seeds}, w = {ev.w}, rho = {ev.rho}. Example: "
             f"`{results['task']['example']['prompt']}` → `{results['task']['example']['response']!r}`.", ""]
+
+
+def _budget(results: dict, cfg: DemoConfig) -> list[str]:
+    """What the budget cut (``elfreg.demo.budget``), what that does to the claims, and the estimate against the
+    time taken."""
+    from elfreg.demo.budget import consequences
+
+    plan = results.get("plan")
+    if not plan:
+        return []
+    budget, total = plan["budget_s"], results.get("phases_seconds", {}).get("total")
+    steps = plan["timing"]["step"]
+    took = f"; it took {total / 60:.1f} min" if total is not None else ""
+    est = plan["estimate_s"]["total"]
+    lines = ["## Budget", "",
+             (f"Budget {budget / 60:g} min (`--budget`)" if budget is not None else "No budget (`--budget 0`)")
+             + f". Before training each lane timed {plan['timing']['steps_timed']} steps ("
+             + ", ".join(f"{v} {1000 * x:.0f} ms" for v, x in steps.items())
+             + f" per step) and the plan was estimated at {est / 60:.1f} min{took}"
+             + (" (the estimate of the first attempt: this demo resumed its runs)" if plan.get("resumed") else "")
+             + "."]
+    if not plan["cuts"]:
+        return lines + ["", "Nothing was cut: the run is the one asked for.", ""]
+    lines += ["", f"As asked, the run was estimated at {plan['estimate_asked_s'] / 60:.1f} min, so it was cut "
+                  "(training seeds first, then sampling seeds, then steps):", "",
+              "| setting | asked | ran |", "|---|---|---|"]
+    lines += [f"| `{c['key']}` | {c['asked']} | {c['ran']} |" for c in plan["cuts"]]
+    lines += [""] + [f"- {line}" for line in consequences(plan, cfg)]
+    if plan["over_budget"]:
+        lines += ["", "Even cut to the smallest run this task learns in, the estimate was over the budget: it ran "
+                      "anyway, later than asked."]
+    lines += ["", "The same command with `--budget 0` (no limit) or a larger budget runs it as asked."]
+    return lines + [""]
 
 
 def _accuracy_tables(results: dict, cfg: DemoConfig) -> list[str]:
@@ -375,9 +418,10 @@ def changed_settings(cfg: DemoConfig) -> list[str]:
 
 
 def decide_command(cfg: DemoConfig, seeds: int) -> str:
-    """The ``elfreg demo`` command that reruns this run's settings with training seeds 0 .. seeds - 1."""
+    """The ``elfreg demo`` command that reruns this run's settings with training seeds 0 .. seeds - 1 (no budget:
+    one would cut the seeds again)."""
     keep = [o for o in changed_settings(cfg) if not o.startswith("train.seeds=")]
-    return " ".join(["elfreg demo", *keep, f"train.seeds=[{','.join(str(s) for s in range(seeds))}]"])
+    return " ".join(["elfreg demo --budget 0", *keep, f"train.seeds=[{','.join(str(s) for s in range(seeds))}]"])
 
 
 def _minutes(results: dict, cfg: DemoConfig, seeds: int) -> str:
@@ -490,8 +534,8 @@ def _time(results: dict, cfg: DemoConfig) -> list[str]:
 
 
 # The report's sections in order, each (results, cfg) -> markdown lines; a new section is one function here.
-SECTIONS = [_header, _accuracy_tables, _main_setting, _curves, adaptive_section, _claims_section, _reproducibility,
-            _time]
+SECTIONS = [_header, _budget, _accuracy_tables, _main_setting, _curves, adaptive_section, _claims_section,
+            _reproducibility, _time]
 
 
 def write_report(results: dict, cfg: DemoConfig, out: Path) -> None:
@@ -508,6 +552,7 @@ def _plots(results: dict, cfg: DemoConfig, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     from elfreg.atomic import atomic_write
+    from elfreg.train.metrics import read_metrics
 
     ev = cfg.eval
     fig, axes = plt.subplots(1, len(ev.samplers), figsize=(4.2 * len(ev.samplers), 3.4), squeeze=False, sharey=True)
@@ -535,8 +580,7 @@ def _plots(results: dict, cfg: DemoConfig, out: Path) -> None:
             curve = run.get("curve") or []
             axes[2].plot([pt["step"] for pt in curve], [100 * pt["acc"] for pt in curve], marker="o", ms=3,
                          color=colors[v], alpha=0.8, label=label)
-            path = Path(run["model_dir"]).parent / "metrics.jsonl"
-            recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
+            recs = read_metrics(Path(run["model_dir"]).parent / "metrics.jsonl")
             steps = [r["step"] for r in recs]
             axes[0].plot(steps, [r["loss_elf"] for r in recs], color=colors[v], alpha=0.7, label=label)
             axes[1].plot(steps, [r["loss"] for r in recs], color=colors[v], alpha=0.7, label=label)

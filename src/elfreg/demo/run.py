@@ -26,13 +26,13 @@ import torch
 from elfreg.atomic import append_line, atomic_write_text
 from elfreg.backbones import Backbones, smollm2_gguf
 from elfreg.config import BackboneConfig, ModelConfig, ObjectiveConfig
-from elfreg.configtools import dump_yaml
+from elfreg.configtools import dump_yaml, from_dict, to_dict
 from elfreg.data import CanvasConfig
 from elfreg.data.templates import apply_template
 from elfreg.demo import arith
 from elfreg.demo import task as chain
-from elfreg.demo.config import DemoConfig
-from elfreg.demo.lanes import LanePool, evaluate_job, train_job
+from elfreg.demo.config import VARIANTS, DemoConfig
+from elfreg.demo.lanes import LanePool, evaluate_job, time_job, train_job
 from elfreg.demo.machine import machine_info, training_precision
 from elfreg.hub import ElfModel
 from elfreg.jsontext import dumps
@@ -44,10 +44,11 @@ from elfreg.sampling.pipeline import check_sampling_fits
 from elfreg.sampling.samplers import sample
 from elfreg.train import CachedFeatures
 from elfreg.train.config import CanvasSection, DataConfig, RunConfig, TrainConfig
+from elfreg.train.metrics import read_metrics
 from elfreg.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
-VARIANTS = ("ELF", "ELF-REG")
+DEMO_ONLY = ("seeds", "min_steps")  # DemoTrain's fields that are not TrainConfig's: they say which runs, not how
 
 
 def default_cache_dir() -> Path:
@@ -90,7 +91,7 @@ def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: li
     model = ModelConfig(**dims, width=s.width, depth=s.depth, heads=s.heads, bottleneck_dim=s.bottleneck_dim,
                         max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, extra_token="reg" if reg else "none",
                         repa=reg, repa_block=s.repa_block, repa_hidden=s.repa_hidden, head_token_ids=head_ids)
-    same = {k: v for k, v in dataclasses.asdict(t).items() if k != "seeds"}  # DemoTrain's fields are TrainConfig's
+    same = {k: v for k, v in dataclasses.asdict(t).items() if k not in DEMO_ONLY}  # the rest are TrainConfig's
     train_cfg = TrainConfig(**same, seed=t.seeds[0] if seed is None else seed, keep_last=1,
                             stats_canvases=min(1024, cfg.task.n_train), match_backbones=False, device="cpu",
                             progress=progress)
@@ -241,9 +242,10 @@ class AccuracyCurve:
         if not ev.curve_every or (step % ev.curve_every and step != self.trainer.total_steps):
             return
         with self.lock:
-            self._measure(step)
+            self.measure(step)
 
-    def _measure(self, step: int) -> None:
+    def measure(self, step: int) -> None:
+        """Measure and record a point now (``step`` names it); the caller holds ``lock`` where runs share it."""
         ev = self.cfg.eval
         model = copy.deepcopy(self.trainer.elf)
         model.student.load_state_dict(self.trainer.ema.shadow, strict=False)  # non-persistent buffers stay
@@ -262,18 +264,7 @@ class AccuracyCurve:
 
 def read_points(path: Path) -> list[dict]:
     """The curve points saved in ``path`` (none if it is missing); a torn last line from a kill is dropped."""
-    if not path.is_file():
-        return []
-    lines = path.read_text().splitlines()
-    points = []
-    for i, line in enumerate(lines):
-        try:
-            points.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise ValueError(f"{path}:{i + 1}: not a JSON line") from None
-    return points
+    return read_metrics(path)
 
 
 def lane_order(seeds: list[int]) -> list[tuple[str, int]]:
@@ -416,6 +407,115 @@ def train_run(data: DemoData, cfg: DemoConfig, variant: str, seed: int, run_dir:
             "train_seconds": time.perf_counter() - t, "curve": curve.points}
 
 
+WARMUP_STEPS, TIMED_STEPS = 2, 8  # per lane before the plan; the first steps build kernels and caches
+BARRIER_TIMEOUT_S = 300  # the lanes wait this long for each other before timing their steps (then time alone)
+
+
+def time_run(data: DemoData, cfg: DemoConfig, variant: str, shared: threading.Lock, together=None) -> dict:
+    """The seconds of a training run's parts, for the budget (``elfreg.demo.budget.Timing``): building its trainer,
+    a step (median of TIMED_STEPS after WARMUP_STEPS), a checkpoint, and an accuracy-curve point with and without
+    encoding the test prompts. In a temporary folder: nothing is kept. ``together`` (a barrier of the lanes): they
+    time their steps side by side, as they train."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="elfreg-timing-") as tmp:
+        t = time.perf_counter()
+        with shared:
+            trainer = Trainer(run_config(cfg, variant, data.bcfg, data.head_ids, data.dims, progress=False), tmp,
+                              resume="never", backbones=data.backbones, dataset=data.features)
+        setup = time.perf_counter() - t
+        if together is not None:
+            with contextlib.suppress(threading.BrokenBarrierError):  # a lane that never came: time alone
+                together.wait(BARRIER_TIMEOUT_S)
+        steps = []
+        for i in range(WARMUP_STEPS + TIMED_STEPS):
+            t = time.perf_counter()
+            trainer.step_once(i)
+            steps.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        trainer.save(len(steps))
+        save = time.perf_counter() - t
+        curve = AccuracyCurve(trainer, data.test_problems, data.test_rows, cfg, Path(tmp) / "curve.jsonl", shared)
+        points = []
+        for step in (1, 2):  # the first also encodes the test prompts
+            t = time.perf_counter()
+            with shared:
+                curve.measure(step)
+            points.append(time.perf_counter() - t)
+    return {"variant": variant, "setup": setup, "step": statistics.median(steps[WARMUP_STEPS:]), "save": save,
+            "curve": points[1], "encode": max(points[0] - points[1], 0.0), "steps_timed": TIMED_STEPS}
+
+
+def done_steps(cfg: DemoConfig, out: Path) -> dict[tuple[str, int], int]:
+    """The newest checkpoint's step of every training run already in ``out`` (an earlier, stopped demo)."""
+    from elfreg.train.checkpoint import list_checkpoints
+
+    done = {}
+    for variant, seed in lane_order(cfg.train.seeds):
+        steps = [s for s, _ in list_checkpoints(out / variant / f"seed-{seed}")]
+        if steps:
+            done[(variant, seed)] = max(steps)
+    return done
+
+
+def time_lanes(data: DemoData, cfg: DemoConfig, pool: LanePool | None) -> list[dict]:
+    """``time_run`` of both variants on every lane, the lanes side by side (at least one run of each variant)."""
+    variants = [VARIANTS[i % len(VARIANTS)] for i in range(max(cfg.lanes, len(VARIANTS)))]
+    if pool is not None:
+        return pool.map(time_job, [(v,) for v in variants])
+    shared = threading.Lock()
+    together = threading.Barrier(cfg.lanes) if cfg.lanes > 1 else None
+
+    def one(variant: str, stop: threading.Event) -> dict:
+        torch.set_num_threads(cfg.threads // cfg.lanes)
+        return time_run(data, cfg, variant, shared, together)
+
+    try:
+        return side_by_side(variants, one, cfg.lanes)
+    finally:
+        torch.set_num_threads(cfg.threads)
+
+
+PLAN_FILE = "plan.json"
+
+
+def saved_plan(out: Path, cfg: DemoConfig, budget_s: float | None) -> dict | None:
+    """The plan an earlier demo in ``out`` made for the same settings and budget (it resumes with that plan, so that
+    its runs keep their settings), else None."""
+    path = out / PLAN_FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+    asked = json.loads(json.dumps(to_dict(cfg)))  # as read back from JSON
+    same = saved.get("asked") == asked and saved.get("plan", {}).get("budget_s") == budget_s
+    return saved if same else None
+
+
+def make_plan(data: DemoData, cfg: DemoConfig, out: Path, pool: LanePool | None, budget_s: float | None,
+              start: float) -> tuple[DemoConfig, dict]:
+    """(the settings to run, the plan as JSON): ``cfg`` cut to ``budget_s`` seconds from ``start`` by the steps
+    timed on the lanes (``elfreg.demo.budget``), or the plan an earlier demo in ``out`` made for the same settings
+    and budget; printed, and saved in ``out``/plan.json."""
+    from elfreg.demo import budget
+
+    saved = saved_plan(out, cfg, budget_s)
+    if saved is not None:
+        print(f"elfreg demo: resuming with the plan the first run in {out} made: " + "; ".join(saved["lines"]),
+              flush=True)
+        return from_dict(DemoConfig, saved["cfg"]), {**saved["plan"], "resumed": True}
+    timing = budget.Timing.from_runs(time_lanes(data, cfg, pool))
+    plan = budget.fit(cfg, timing, budget_s, time.perf_counter() - start, done_steps(cfg, out))
+    lines = budget.plan_lines(plan)
+    for line in lines:
+        print(f"elfreg demo: {line}", flush=True)
+    saved = {"asked": to_dict(cfg), "cfg": to_dict(plan.cfg), "plan": plan.to_dict(), "lines": lines}
+    atomic_write_text(out / PLAN_FILE, json.dumps(saved, indent=2))
+    return plan.cfg, {**saved["plan"], "resumed": False}
+
+
 def train_all(data: DemoData, cfg: DemoConfig, jobs: list[tuple[str, int]], out: Path, progress: bool) -> list[dict]:
     """Every training run of ``jobs`` (variant, seed), ``cfg.lanes`` at a time as threads of this process (lane_mode
     threads, or one lane); results in the jobs' order."""
@@ -476,7 +576,9 @@ def train_and_evaluate(data: DemoData, cfg: DemoConfig, jobs: list[tuple[str, in
     cells = len(eval_cells(cfg)) * len(cfg.eval.seeds)
     with tqdm(total=len(jobs) * cfg.train.steps, desc="train", disable=not progress, position=0) as bar_t, \
             tqdm(total=len(jobs) * cells, desc="evaluate", disable=not progress, position=1) as bar_e:
-        done = pool.map(train_job, [(job, str(out)) for job in jobs], then=(evaluate_job, lambda r: (r["model_dir"],)),
+        planned = to_dict(cfg)  # the workers hold the settings asked for; the budget may have cut them
+        done = pool.map(train_job, [(job, str(out), planned) for job in jobs],
+                        then=(evaluate_job, lambda r: (r["model_dir"], planned)),
                         bars={"train": bar_t, "evaluate": bar_e})
     phases["train"] = pool.first_done
     phases["evaluate"] = time.perf_counter() - t - pool.first_done
@@ -487,27 +589,45 @@ def run_fingerprint(cfg: DemoConfig, variant: str, seed: int) -> dict:
     """What makes the training run (variant, seed) and its accuracy curve: the task, backbones, student, training
     settings and the curve's sampler; not the other seeds, lanes, threads, evaluation grid (evaluated anew each
     time) or the keys elfreg train lets a resumed run change (elfreg.train.checkpoint.RESUMABLE, LENGTH)."""
-    from elfreg.configtools import to_dict
     from elfreg.train.checkpoint import resume_settings
 
     d, ev = to_dict(cfg), cfg.eval
-    d["train"].pop("seeds")
+    for key in DEMO_ONLY:
+        d["train"].pop(key)
     curve = {"every": ev.curve_every, "nfe": ev.main_nfe, "seed": ev.seeds[0], "rho": ev.rho, "w": ev.w}
     return resume_settings({"variant": variant, "seed": seed, "task": d["task"], "backbones": d["backbones"],
                             "student": d["student"], "train": d["train"], "curve": curve})
 
 
-def claim_runs(cfg: DemoConfig, out: Path) -> None:
-    """Check every training run folder's fingerprint, then record them, before anything is written: a run folder
-    that holds checkpoints made with other settings is refused in one line (RunMismatch) instead of resumed."""
-    from elfreg.fingerprint import FOLDER_FILE, claim
+def claim_runs(cfg: DemoConfig, out: Path, write: bool = True) -> None:
+    """Check every training run folder's fingerprint, then record them (``write``), before anything is written: a
+    run folder that holds checkpoints made with other settings is refused in one line (RunMismatch) instead of
+    resumed. A refusal names the cuts an earlier demo's budget made there (plan.json), which a resume must repeat."""
+    from elfreg.fingerprint import FOLDER_FILE, RunMismatch, claim
     from elfreg.train.checkpoint import list_checkpoints
 
-    for write in (False, True):
+    try:
+        _claim_runs(cfg, out, write, claim, list_checkpoints, FOLDER_FILE)
+    except RunMismatch as exc:
+        try:
+            earlier = json.loads((out / PLAN_FILE).read_text())
+        except (OSError, json.JSONDecodeError):
+            raise exc from None
+        cuts = earlier.get("plan", {}).get("cuts") or []
+        if not cuts:
+            raise
+        budget = earlier["plan"]["budget_s"]
+        made = ", ".join(f"{c['key']}={c['ran']}" for c in cuts)
+        raise RunMismatch(f"{exc} (the demo that made it cut {made} to fit --budget {budget / 60:g}: the same "
+                          "settings and --budget resume it)") from None
+
+
+def _claim_runs(cfg: DemoConfig, out: Path, write: bool, claim, list_checkpoints, folder_file: str) -> None:
+    for write in (False, True) if write else (False,):
         for variant, seed in lane_order(cfg.train.seeds):
             run_dir = out / variant / f"seed-{seed}"
             done = [p for _, p in list_checkpoints(run_dir)]  # curve points past the checkpoint are redone anyway
-            claim(run_dir / FOLDER_FILE, run_fingerprint(cfg, variant, seed), done, write=write, where=run_dir)
+            claim(run_dir / folder_file, run_fingerprint(cfg, variant, seed), done, write=write, where=run_dir)
 
 
 def with_training_precision(cfg: DemoConfig) -> tuple[DemoConfig, Precision]:
@@ -518,9 +638,10 @@ def with_training_precision(cfg: DemoConfig) -> tuple[DemoConfig, Precision]:
 
 
 def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True,
-             restart: bool = False) -> dict:
+             restart: bool = False, budget_s: float | None = None) -> dict:
     """Run the whole demo into ``out`` (resuming its training runs; ``restart``: move an existing ``out`` aside
-    first); returns the results dict (also written as results.json)."""
+    first), cut to end within ``budget_s`` seconds (None: as asked; ``make_plan``); returns the results dict (also
+    written as results.json)."""
     from elfreg.demo.report import write_report
     from elfreg.fingerprint import move_aside
 
@@ -530,9 +651,9 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     if restart:
         move_aside([out])
     cfg, precision = with_training_precision(cfg)
-    claim_runs(cfg, out)
+    earlier = saved_plan(out, cfg, budget_s)  # a resumed demo keeps its first plan: its runs' settings
+    claim_runs(cfg if earlier is None else from_dict(DemoConfig, earlier["cfg"]), out, write=False)
     out.mkdir(parents=True, exist_ok=True)
-    dump_yaml(cfg, out / "demo_config.yaml")
     phases: dict[str, float] = {}
     data = prepare(cfg, cache_dir, progress, phases)
     train_p, test_p, test_rows = data.train_problems, data.test_problems, data.test_rows
@@ -541,12 +662,17 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
                                                   for i, r in enumerate(test_rows)))
 
     results: dict = {"task": {"train": len(train_p), "test": len(test_p), "example": data.train_rows[0]},
-                     "head_token_ids": data.head_ids, "train_seeds": list(cfg.train.seeds), "lanes": cfg.lanes,
-                     "lane_mode": cfg.lane_mode,
-                     "models": {v: {"steps": cfg.train.steps, "runs": []} for v in VARIANTS}}
+                     "head_token_ids": data.head_ids, "lanes": cfg.lanes, "lane_mode": cfg.lane_mode}
     pool = LanePool.for_demo(cfg, cache_dir) if cfg.lanes > 1 and cfg.lane_mode == "processes" else None
-    jobs = lane_order(cfg.train.seeds)
     try:
+        t = time.perf_counter()
+        cfg, results["plan"] = make_plan(data, cfg, out, pool, budget_s, start)
+        phases["plan"] = time.perf_counter() - t  # the lanes' start and the timed steps
+        claim_runs(cfg, out)
+        dump_yaml(cfg, out / "demo_config.yaml")
+        results.update(train_seeds=list(cfg.train.seeds),
+                       models={v: {"steps": cfg.train.steps, "runs": []} for v in VARIANTS})
+        jobs = lane_order(cfg.train.seeds)
         done = train_and_evaluate(data, cfg, jobs, out, pool, progress, phases)
     finally:
         if pool is not None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
-from elfreg.cliargs import config_placeholder, device_problem, error_line, input_file, output_dir
+from elfreg.cliargs import config_placeholder, device_problem, error_line, input_file, output_dir, quiet_loaders
 from elfreg.fingerprint import add_restart_argument
 
 
@@ -21,6 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", choices=("auto", "never"), default="auto",
                    help="auto: continue from the newest complete checkpoint in --output (default)")
     add_restart_argument(p)
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bars (the same as train.progress=false); metrics.jsonl is written as always")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. train.lr=1e-3")
 
 
@@ -40,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from elfreg.train.trainer import TrainingDiverged, plan_run, train
 
     try:
-        cfg = load_run_config(args.config, args.overrides)
+        cfg = load_run_config(args.config, args.overrides + (["train.progress=false"] if args.no_progress else []))
         unreplaced = config_placeholder(to_dict(cfg))
         if unreplaced:
             raise ConfigError(f"{args.config}: {unreplaced}")
@@ -60,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.output:
         print("elfreg train: --output is required (unless --dry-run)", file=sys.stderr)
         return 2
+    if not cfg.train.progress:
+        quiet_loaders()
+    t0 = time.perf_counter()
     try:
         res = train(cfg, Path(args.output), args.resume, restart=args.restart)
     except TrainingDiverged as exc:
@@ -73,7 +79,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"step {res.step}{epoch}: {sm['tokens_total']:,} tokens (prompt + response + EOS), overflow skipped "
               f"{sm['overflow_skipped']:,} of {sm['overflow_rows_read']:,} rows read; checkpoint "
               f"{res.last_checkpoint}, EMA model {res.model_dir}; summary {res.output / 'summary.json'}")
+        print(closing_line(res.output, time.perf_counter() - t0))
     return 0
+
+
+def closing_line(output: Path, seconds: float) -> str:
+    """The run's last line: its final logged loss, this command's wall time and the learning-curve PNG (drawn
+    here from metrics.jsonl)."""
+    from elfreg.train.metrics import plot_learning_curve, read_metrics
+
+    records = read_metrics(output / "metrics.jsonl")
+    png = plot_learning_curve(output)
+    loss = (f"final loss {records[-1]['loss']:.4g} (step {records[-1]['step']}, first logged "
+            f"{records[0]['loss']:.4g} at step {records[0]['step']})" if records else "no loss logged")
+    return f"{loss}; {seconds:.0f} s; learning curve {png if png else '- (nothing logged)'}"
 
 
 def register(subparsers) -> None:

@@ -21,10 +21,9 @@ class MetricsLog:
         self.bar = self.tb = self.wandb = None
         if not enabled:
             return
-        if self.path.is_file():  # resumed: drop lines from steps after the checkpoint
-            keep = [ln for ln in self.path.read_text().splitlines()
-                    if ln.strip() and json.loads(ln).get("step", 0) <= start_step]
-            atomic_write_text(self.path, "".join(k + "\n" for k in keep))
+        if self.path.is_file():  # resumed: drop lines from steps after the checkpoint (and a torn last line)
+            keep = [r for r in read_metrics(self.path) if r.get("step", 0) <= start_step]
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in keep))
         if progress:
             from tqdm import tqdm
 
@@ -62,3 +61,58 @@ class MetricsLog:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """The records of a ``metrics.jsonl`` (none when it is missing); a torn last line from a kill is dropped."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i != len(lines) - 1:
+                raise ValueError(f"{path}:{i + 1}: not a JSON line") from None
+    return out
+
+
+# the loss terms a learning curve shows, with their names in the paper's objective (spec §4)
+CURVE_TERMS = (("loss", "total loss"), ("loss_elf", "L_ELF"), ("loss_repa", "L_REPA"), ("loss_reg", "L_REG"))
+
+
+def plot_learning_curve(output: str | Path, name: str = "learning_curve.png") -> Path | None:
+    """``<output>/<name>``: the logged loss and its terms (log scale) and the learning rate against the step, from
+    the run's metrics.jsonl; None when nothing was logged."""
+    records = read_metrics(Path(output) / "metrics.jsonl")
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from elfreg.atomic import atomic_write
+
+    steps = [r["step"] for r in records]
+    fig, (ax_loss, ax_lr) = plt.subplots(1, 2, figsize=(10, 3.4))
+    for key, label in CURVE_TERMS:
+        values = [r.get(key) for r in records]
+        if any(isinstance(v, (int, float)) and v > 0 for v in values):
+            ax_loss.plot(steps, [v if isinstance(v, (int, float)) and v > 0 else float("nan") for v in values],
+                         marker="o" if len(steps) < 20 else None, ms=3, label=label)
+    ax_loss.set_yscale("log")
+    ax_loss.set_title("training loss (logged steps)")
+    ax_loss.legend()
+    ax_lr.plot(steps, [r.get("lr", float("nan")) for r in records], color="C4")
+    ax_lr.set_title("learning rate")
+    for ax in (ax_loss, ax_lr):
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(output) / name
+    atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=110))
+    plt.close(fig)
+    return path

@@ -61,7 +61,17 @@ class RowLengths:
         per_row = self.prompt[fits] + self.response[fits] + 1
         return dict(rows=int(fits.sum()), overflow=[int(prompt_over.sum()), int(canvas_over.sum())],
                     tokens_per_epoch=int(per_row.sum()), max_tokens=int(per_row.max()) if fits.any() else 0,
-                    rows_read=self.rows_read, bad_rows=self.bad_rows)
+                    rows_read=self.rows_read, bad_rows=self.bad_rows, fit=self.fit())
+
+    def fit(self) -> dict[str, int]:
+        """The canvas these rows need (empty without rows): the longest prompt and row (prompt + response + EOS),
+        and the same at the 99th percentile (what a cap that skips the longest 1 % needs)."""
+        if not len(self.prompt):
+            return {}
+        rows = self.prompt + self.response + 1
+        p99 = lambda a: int(np.percentile(a, 99, method="higher"))  # noqa: E731 - a length some row has
+        return {"prompt_max": int(self.prompt.max()), "row_max": int(rows.max()), "prompt_p99": p99(self.prompt),
+                "row_p99": p99(rows)}
 
 
 def count_lengths(examples: Iterable[dict], task: str, tokenizer: Any, add_special_tokens: bool = False,
@@ -168,6 +178,7 @@ class TrainPlan:
     ema_decay: float = 0.0
     start: dict | None = None  # train.init_from and what continues from it (start_of)
     compare_steps: dict[str, int] = field(default_factory=dict)  # epochs where the paper compares -> their step
+    fit: dict[str, int] | None = None  # the canvas the rows need (RowLengths.fit), when the rows were counted
 
     @property
     def overflow(self) -> int:
@@ -187,7 +198,7 @@ def epoch_key(e: float) -> str:
 
 
 def make_plan(cfg, lengths: RowLengths | None = None, rows: int | None = None, overflow: tuple[int, int] = (0, 0),
-              tokens_per_epoch: int | None = None, max_tokens: int | None = None) -> TrainPlan:
+              tokens_per_epoch: int | None = None, max_tokens: int | None = None, fit: dict | None = None) -> TrainPlan:
     """The plan of RunConfig ``cfg`` from its rows' lengths (or, for pre-built features, their counts).
 
     Errors before any work: neither steps nor epochs, an epoch checkpoint beyond the run, overflow over
@@ -200,12 +211,12 @@ def make_plan(cfg, lengths: RowLengths | None = None, rows: int | None = None, o
         c = lengths.counts(cfg.model.max_len, cfg.model.max_prompt_len)
         rows, overflow = c["rows"], tuple(c["overflow"])
         tokens_per_epoch, max_tokens = c["tokens_per_epoch"], c["max_tokens"]
-        bad, rows_read = c["bad_rows"], c["rows_read"]
+        bad, rows_read, fit = c["bad_rows"], c["rows_read"], c["fit"]
     if rows is None or tokens_per_epoch is None:
         raise ValueError("make_plan: give the row lengths, or rows and tokens_per_epoch")
     skipped = sum(overflow)
     frac = skipped / (rows + skipped) if rows + skipped else 0.0
-    check_overflow(cfg, skipped, rows + skipped)
+    check_overflow(cfg, skipped, rows + skipped, fit)
     if tc.epochs is not None:
         steps = steps_for_epochs(tc.epochs, rows, gb)
         epochs = float(tc.epochs)
@@ -239,7 +250,7 @@ def make_plan(cfg, lengths: RowLengths | None = None, rows: int | None = None, o
                      max_tokens=max_tokens or 0, tokens_per_epoch=tokens_per_epoch, global_batch=gb,
                      epochs=epochs, steps=steps, tokens=run_tokens, warmup_steps=warmup,
                      warmup_fraction=warmup / steps if steps else 0.0, epoch_steps=epoch_steps, paper=paper,
-                     ema_decay=tc.ema_decay, start=start_of(cfg), compare_steps=compare_steps)
+                     ema_decay=tc.ema_decay, start=start_of(cfg), compare_steps=compare_steps, fit=fit or None)
 
 
 class SourcesUnreachable(OSError):
@@ -268,7 +279,9 @@ def check_sources(cfg, probe=None) -> bool:
     import os
 
     b = cfg.backbones
-    encoder_remote = not os.path.exists(os.path.expanduser(b.encoder))
+    from elfreg.backbone_source import looks_local
+
+    encoder_remote = not looks_local(os.path.expanduser(b.encoder))  # a missing local path: the tokenizer's load says
     data_remote = [(i, s) for i, s in enumerate(cfg.data.sources)
                    if s.get("hub_id") is not None and not os.path.isdir(os.path.expanduser(str(s["hub_id"])))]
     if not encoder_remote and not data_remote:
@@ -294,14 +307,17 @@ def check_sources(cfg, probe=None) -> bool:
     return True
 
 
-def check_overflow(cfg, skipped: int, seen: int) -> None:
-    """ValueError when the skipped share of the rows seen is over canvas.max_overflow_fraction."""
+def check_overflow(cfg, skipped: int, seen: int, fit: dict | None = None) -> None:
+    """ValueError when the skipped share of the rows seen is over canvas.max_overflow_fraction; with the rows'
+    ``fit`` (RowLengths.fit) it gives the canvas that would hold them."""
     bound = cfg.canvas.max_overflow_fraction
     if seen and skipped / seen > bound:
+        need = (f"; these rows need model.max_prompt_len={fit['prompt_max']} model.max_len={fit['row_max']} "
+                f"(all of them; {fit['prompt_p99']} and {fit['row_p99']} hold 99 %)" if fit else "")
         raise ValueError(f"canvas.max_overflow_fraction: {skipped} of {seen} rows ({skipped / seen:.2%}) do not fit "
                          f"the canvas (max_len {cfg.model.max_len}, max_prompt_len {cfg.model.max_prompt_len}), "
-                         f"over the bound {bound:.2%}; check the canvas size, the tokenizer and the data, or raise "
-                         "the bound")
+                         f"over the bound {bound:.2%}{need}; check the canvas size, the tokenizer and the data, or "
+                         "raise the bound")
 
 
 def _num(x: float) -> str:
@@ -337,6 +353,12 @@ def format_plan(plan: TrainPlan) -> str:
         ("template-rejected rows", f"{plan.bad_rows:,}", ""),
         ("tokens per row (mean / max)", f"{plan.mean_tokens:.1f} / {plan.max_tokens:,}",
          f"{per_epoch / p['rows']:.1f} (mean)" if per_epoch and p.get("rows") else ""),
+    ]
+    if plan.fit:
+        f = plan.fit
+        rows.append(("canvas the rows need (all / 99 %)", f"max_prompt_len {f['prompt_max']} / {f['prompt_p99']}, "
+                                                          f"max_len {f['row_max']} / {f['row_p99']}", ""))
+    rows += [
         ("tokens per epoch", _num(plan.tokens_per_epoch), _num(per_epoch) if per_epoch else ""),
         ("epochs", f"{plan.epochs:g}", f"{p['epochs']:g}" if p.get("epochs") else ""),
         ("global batch", f"{plan.global_batch:,}", f"{p['global_batch']:,}" if p.get("global_batch") else ""),

@@ -65,7 +65,9 @@ def run_stream(cfg: RunConfig, rank: int = 0, world: int = 1, epochs: int | None
 
     d = cfg.data
     if not d.sources:
-        raise ValueError("data.sources is empty: name at least one source (see docs/data.md)")
+        raise ValueError("data.sources is empty: name at least one source, e.g. \"data.sources=[{name: mine, task: "
+                         "math, path: mydata.jsonl, format: jsonl, columns: {prompt: question, response: answer}}]\" "
+                         "(docs/training.md, \"Train on your JSONL\"; docs/data.md)")
     specs = d.source_specs(os.environ.get("ELFREG_SHARED") or str(Path.cwd().parent / "shared"))
     return ExampleStream(specs, cfg.train.seed, d.shuffle_buffer, d.epochs if epochs == "cfg" else epochs, rank, world)
 
@@ -81,7 +83,7 @@ def count_rows(cfg: RunConfig, tokenizer) -> dict:
 def plan_from_counts(cfg: RunConfig, counts: dict) -> TrainPlan:
     """make_plan from count_rows' (or a feature cache's) counts."""
     plan = make_plan(cfg, rows=counts["rows"], overflow=tuple(counts["overflow"]),
-                     tokens_per_epoch=counts["tokens_per_epoch"], max_tokens=counts["max_tokens"])
+                     tokens_per_epoch=counts["tokens_per_epoch"], max_tokens=counts["max_tokens"], fit=counts.get("fit"))
     plan.rows_read, plan.bad_rows = counts.get("rows_read", plan.rows_read), counts.get("bad_rows", 0)
     return plan
 
@@ -246,7 +248,7 @@ class Trainer:
         cache_dir = self.cfg.data.cache_dir or str(self.output / "feature-cache")
         if self.info.is_main:
             CachedFeatures.build_or_load(rows, self.backbones, self.cfg.canvas_config(), cache_dir,
-                                         self.cfg.data.task, self.need_teacher)
+                                         self.cfg.data.task, self.need_teacher, progress=self.cfg.train.progress)
         barrier(self.info)
         return CachedFeatures.build_or_load(rows, self.backbones, self.cfg.canvas_config(), cache_dir,
                                             self.cfg.data.task, self.need_teacher)
