@@ -56,9 +56,11 @@ REPO = HERE.parent
 for _p in (str(REPO / "src"), str(HERE)):  # a checkout without `pip install -e .` works too
     if _p not in sys.path:
         sys.path.insert(0, _p)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never the network: every model here is built locally
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+if __name__ == "__main__":  # never the network: every model here is built locally (imported, e.g. by the tests,
+    # the process's environment is its own: set here it would leak offline mode into everything after the import)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch  # noqa: E402
 

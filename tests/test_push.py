@@ -31,6 +31,8 @@ def hub(monkeypatch, tmp_path):
     with MockHub() as hub:
         monkeypatch.setattr(constants, "ENDPOINT", hub.url)
         monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)   # the plain LFS protocol, which the mock speaks
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)      # the mock is reachable, whatever the shell says
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))     # no token saved on this machine is used
         yield hub
 
@@ -81,7 +83,8 @@ def test_elfreg_push_command_with_hf_endpoint(tmp_path):
     with MockHub() as hub:
         env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(tmp_path / "hf"),
                "PYTHONPATH": str(REPO / "src")}
-        env.pop("HF_TOKEN", None)
+        for name in ("HF_TOKEN", "HF_HUB_OFFLINE"):
+            env.pop(name, None)
         run = [sys.executable, "-m", "elfreg.cli", "push", "--model", str(folder), "--repo", "bob/elf"]
         no_token = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120)
         assert no_token.returncode == 2 and "elfreg push: error: cannot push to the Hub repo 'bob/elf'" in \

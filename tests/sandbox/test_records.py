@@ -126,8 +126,10 @@ def test_hostile_records_are_that_samples_error_and_the_run_goes_on(name, tmp_pa
     comps = [Completion(p.task_id, k, head + WRITER.format(ep=p.entry_point, data=data), k + 1, "solution")
              for k, data in enumerate(HOSTILE.values())]
     comps.append(Completion(p.task_id, len(comps), p.reference, len(comps) + 1, "solution"))  # scored after them
+    # the programs carry their records as literals (8 MB for the line over the record limit): they must run, so
+    # the completion size limit sits above them
     opts = ScoreOptions(workers=2, cache_dir=str(tmp_path / "cache"), allow_subset=True, progress=False,
-                        time_rule=TimeRule(min_time_s=5.0, sample_cap_s=20.0), ks=(1,))
+                        time_rule=TimeRule(min_time_s=5.0, sample_cap_s=20.0), ks=(1,), max_completion_bytes=32 << 20)
     out = tmp_path / "out" / "results.jsonl"
     with any_sandbox(memory_bytes=1 << 30, max_result_bytes=64 << 20) as sb:
         summary = score_completions(bench, comps, out, opts, sb)
