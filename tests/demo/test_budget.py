@@ -1,13 +1,15 @@
 """The demo's budget (elfreg.demo.budget): its estimate from timed parts, and the cuts that fit it, seeds first."""
 
+import argparse
 import json
+import time
 
 import pytest
 
 from elfreg.cli import main
 from elfreg.demo import run as demo_run
 from elfreg.demo.budget import Timing, consequences, curve_points, estimate, fit, run_seconds, schedule
-from elfreg.demo.cli import budget_minutes, demo_config
+from elfreg.demo.cli import budget_minutes, budget_since, demo_config
 from elfreg.demo.report import write_report
 
 
@@ -170,3 +172,20 @@ def test_budget_must_be_minutes(bad, capsys):
 
 def test_budget_zero_is_no_limit():
     assert budget_minutes("0") == 0 and budget_minutes("7.5") == 7.5
+
+
+@pytest.mark.parametrize("bad", ["x", "nan", str(time.time() + 600), str(time.time() - 2 * 86400)])
+def test_budget_since_must_be_a_recent_unix_time(bad, capsys):
+    with pytest.raises(argparse.ArgumentTypeError):
+        budget_since(bad)
+    assert main(["demo", "--quick", "--budget-since", bad, "--out", "unused"]) == 2
+    assert "--budget-since" in capsys.readouterr().err
+
+
+def test_budget_since_counts_the_set_up(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr("elfreg.demo.run.run_demo", lambda *a, **kw: seen.update(kw))
+    assert main(["demo", "--quick", "--out", str(tmp_path / "d"), "--budget-since", str(time.time() - 90)]) == 0
+    assert 90 <= seen["spent_before_s"] < 150 and seen["budget_s"] == 600
+    assert main(["demo", "--quick", "--out", str(tmp_path / "d")]) == 0
+    assert 0 <= seen["spent_before_s"] < 30

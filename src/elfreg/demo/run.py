@@ -638,14 +638,14 @@ def with_training_precision(cfg: DemoConfig) -> tuple[DemoConfig, Precision]:
 
 
 def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = None, progress: bool = True,
-             restart: bool = False, budget_s: float | None = None) -> dict:
+             restart: bool = False, budget_s: float | None = None, spent_before_s: float = 0.0) -> dict:
     """Run the whole demo into ``out`` (resuming its training runs; ``restart``: move an existing ``out`` aside
-    first), cut to end within ``budget_s`` seconds (None: as asked; ``make_plan``); returns the results dict (also
-    written as results.json)."""
+    first), cut to end within ``budget_s`` seconds, ``spent_before_s`` of them gone before this call (the set-up's;
+    None: as asked; ``make_plan``); returns the results dict (also written as results.json)."""
     from elfreg.demo.report import write_report
     from elfreg.fingerprint import move_aside
 
-    start = time.perf_counter()
+    start = time.perf_counter() - spent_before_s
     torch.set_num_threads(cfg.threads)
     out = Path(out)
     if restart:
