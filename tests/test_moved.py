@@ -12,6 +12,23 @@ MOVED = [
     ("elfreg.sandbox.sandbox", "ISOLATION_CHOICES", "elfreg.sandbox.config", "ISOLATION_CHOICES"),
     ("elfreg.sandbox.sandbox", "default_cache_root", "elfreg.sandbox.config", "default_cache_root"),
     ("elfreg.sandbox.sandbox", "elfreg_paths", "elfreg.sandbox.bwrap", "elfreg_paths"),
+    *[("elfreg.demo.machine", n, "elfreg.machine", n)
+      for n in ("KERNEL_ENV", "VECTOR_FLAGS", "cpu_model", "vector_extensions", "machine_info")],
+    ("elfreg.demo.machine", "training_precision", "elfreg.demo.prepare", "training_precision"),
+    *[("elfreg.demo.run", n, "elfreg.demo.prepare", n)
+      for n in ("default_cache_dir", "task_module", "task_config", "task_rows", "head_token_ids", "backbone_config",
+                "training_precision")],
+    *[("elfreg.demo.run", n, "elfreg.demo.evaluation", n)
+      for n in ("sample_texts", "sample_texts_nfe", "per_problem", "accuracy", "sampler_config", "CELL_LISTS",
+                "AccuracyCurve", "read_points")],
+    *[("elfreg.demo.run", n, "elfreg.demo.runs", n)
+      for n in ("DEMO_ONLY", "run_config", "stop_hook", "WARMUP_STEPS", "TIMED_STEPS", "BARRIER_TIMEOUT_S")],
+    ("elfreg.demo.report", "_cell", "elfreg.demo.claims", "find_cell"),
+    ("elfreg.demo.report", "_fmt", "elfreg.demo.claims", "fmt_cell"),
+    ("elfreg.demo.report", "_compare", "elfreg.demo.claims", "compare"),
+    *[("elfreg.demo.report", n, "elfreg.demo.claims", n)
+      for n in ("_by_train_seed", "_var", "_paired_parts", "_paired_se", "seeds_to_decide", "reach_step",
+                "reach_thresholds", "reach_seeds_to_decide", "reach_claims")],
 ]
 
 # Names an old module still uses itself: importable from it as before, the same object as in their new home.
@@ -22,6 +39,12 @@ KEPT = [
     ("elfreg.sandbox.sandbox", "SandboxError", "elfreg.sandbox.config"),
     ("elfreg.sandbox.sandbox", "RunResult", "elfreg.sandbox.collect"),
     ("elfreg.sandbox.sandbox", "machine_memory", "elfreg.sandbox.config"),
+    *[("elfreg.demo.run", n, "elfreg.demo.prepare") for n in ("DemoData", "prepare", "with_training_precision")],
+    *[("elfreg.demo.run", n, "elfreg.demo.evaluation") for n in ("encode_test", "eval_cells", "evaluate",
+                                                                 "merge_evals")],
+    *[("elfreg.demo.run", n, "elfreg.demo.runs") for n in ("Stopped", "lane_order", "run_fingerprint", "done_steps",
+                                                           "time_run", "train_run")],
+    *[("elfreg.demo.report", n, "elfreg.demo.claims") for n in ("Claim", "claims")],
 ]
 
 
