@@ -29,6 +29,13 @@ MOVED = [
     *[("elfreg.demo.report", n, "elfreg.demo.claims", n)
       for n in ("_by_train_seed", "_var", "_paired_parts", "_paired_se", "seeds_to_decide", "reach_step",
                 "reach_thresholds", "reach_seeds_to_decide", "reach_claims")],
+    ("elfreg.train.trainer", "plan_run", "elfreg.train.setup", "plan_run"),
+    ("elfreg.train.trainer", "_full", "elfreg.train.checkpointing", "full_tensor"),
+    ("elfreg.train.trainer", "_assign", "elfreg.train.checkpointing", "assign_full"),
+    *[("elfreg.backbones", f"_{n}", "elfreg.backbones_load", n)
+      for n in ("check_source", "local_gguf", "num_blocks", "gguf_hash")],
+    *[("elfreg.backbones", n, "elfreg.backbones_load", n)
+      for n in ("_tokenizer_entry", "_convert_tokenizer", "_shared_gguf_name_maps", "_save_plain", "_set_num_blocks")],
 ]
 
 # Names an old module still uses itself: importable from it as before, the same object as in their new home.
@@ -45,6 +52,10 @@ KEPT = [
     *[("elfreg.demo.run", n, "elfreg.demo.runs") for n in ("Stopped", "lane_order", "run_fingerprint", "done_steps",
                                                            "time_run", "train_run")],
     *[("elfreg.demo.report", n, "elfreg.demo.claims") for n in ("Claim", "claims")],
+    *[("elfreg.train.trainer", n, "elfreg.train.setup") for n in ("run_stream", "count_rows", "plan_from_counts",
+                                                                  "match_backbones", "check_backbones", "need_teacher")],
+    *[("elfreg.backbones", n, "elfreg.backbones_load") for n in ("load_tokenizer", "convert_tokenizer_aside",
+                                                                 "load_gguf_model", "find_layer_list")],
 ]
 
 
