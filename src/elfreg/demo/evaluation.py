@@ -20,15 +20,14 @@ from elfreg.demo.config import DemoConfig
 from elfreg.demo.prepare import task_module
 from elfreg.hub import ElfModel
 from elfreg.jsontext import dumps
-from elfreg.sampling.answers import extractor, text_answers
+from elfreg.precision import Precision
 from elfreg.sampling.config import SamplerConfig
-from elfreg.sampling.decode import detokenize, response_token_ids
-from elfreg.sampling.pipeline import check_sampling_fits
-from elfreg.sampling.samplers import sample
+from elfreg.sampling.pipeline import EncodedPrompts, GenerationPipeline
 from elfreg.train.metrics import read_metrics
 from elfreg.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
+FP32 = Precision("fp32", "fp32")  # the demo samples in fp32, whatever its training precision
 
 
 def sample_texts(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: SamplerConfig,
@@ -36,25 +35,39 @@ def sample_texts(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: Sam
     """Response texts and exit times of every encoded prompt (row i uses noise key (i, 0)); checks the NFE spent."""
     return sample_texts_nfe(model, x, mask, scfg, batch_size)[:2]
 
+
+class EncodedRows:
+    """Prompt features encoded beforehand (``encode_test``), as the generation pipeline's prompt encoder: a batch's
+    "prompts" are the labels ``str(i)`` of rows ``i``, which it takes from them, so every cell samples from the same
+    features and nothing is encoded again. No prompt to check either: the demo's fit its canvas by construction."""
+
+    def __init__(self, x: torch.Tensor, mask: torch.Tensor) -> None:
+        self.x, self.mask = x, mask
+
+    def labels(self) -> list[str]:
+        """The prompt of each row, in order: what the pipeline generates from."""
+        return [str(i) for i in range(self.x.shape[0])]
+
+    def encode_prompts(self, labels: list[str]) -> EncodedPrompts:
+        """The rows the labels name, in their order (no prompt token ids: the pipeline reads none)."""
+        rows = torch.tensor([int(label) for label in labels], dtype=torch.long)
+        return EncodedPrompts(self.x.index_select(0, rows), self.mask.index_select(0, rows), [[] for _ in labels])
+
+
 def sample_texts_nfe(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: SamplerConfig,
                      batch_size: int) -> tuple[list[str], list[float], list[int], list[bool | None]]:
     """``sample_texts`` plus the NFE each row spent and whether its answer settled (adaptive exit, else None); the
-    adaptive exit rule watches the task's final answer."""
-    check_sampling_fits(model.student, scfg, min(batch_size, x.shape[0]), x.device)
-    texts, exits, nfe, settled = [], [], [], []
-    for b in range(0, x.shape[0], batch_size):
-        idx = list(range(b, min(b + batch_size, x.shape[0])))
-        answer_of = None
-        if scfg.sampler == "adaptive":
-            answer_of = text_answers(model.tokenizer, mask[idx], extractor(scfg.extract))
-        res = sample(model.student, x[idx], mask[idx], scfg, keys=[(i, 0) for i in idx], answer_of=answer_of)
-        if scfg.sampler != "adaptive" and res.nfe != [scfg.nfe] * len(idx):
-            raise RuntimeError(f"sampler spent {res.nfe} NFE, expected {scfg.nfe}")
-        texts += detokenize(model.tokenizer, response_token_ids(res.token_ids, mask[idx], model.tokenizer.eos_token_id))
-        exits += res.exit_time.tolist()
-        nfe += res.nfe
-        settled += res.settled if res.settled is not None else [None] * len(idx)
-    return texts, exits, nfe, settled
+    adaptive exit rule watches the task's final answer. Through the generation pipeline, in fp32 without the batch
+    invariance scheme (the demo's numbers are those of its batches)."""
+    encoded = EncodedRows(x, mask)
+    pipe = GenerationPipeline(model.student, encoded, model.tokenizer, scfg, batch_size=min(batch_size, x.shape[0]),
+                              batch_invariant=False, precision=FP32)
+    records = list(pipe.generate(encoded.labels(), samples=1))
+    spent = [r["nfe_spent"] for r in records]
+    if scfg.sampler != "adaptive" and spent != [scfg.nfe] * len(records):
+        raise RuntimeError(f"sampler spent {spent} NFE, expected {scfg.nfe}")
+    return ([r["response"] for r in records], [r["exit_time"] for r in records], spent,
+            [r.get("settled") for r in records])
 
 
 def per_problem(texts: list[str], problems: list, task: ModuleType) -> tuple[list[int], list[int]]:
