@@ -36,6 +36,8 @@ MOVED = [
       for n in ("check_source", "local_gguf", "num_blocks", "gguf_hash")],
     *[("elfreg.backbones", n, "elfreg.backbones_load", n)
       for n in ("_tokenizer_entry", "_convert_tokenizer", "_shared_gguf_name_maps", "_save_plain", "_set_num_blocks")],
+    ("elfreg.eval.textpool", "TextPool", "elfreg.eval.workers", "KillablePool"),
+    ("elfreg.eval.textpool", "Outcome", "elfreg.eval.workers", "Outcome"),
 ]
 
 # Names an old module still uses itself: importable from it as before, the same object as in their new home.
