@@ -83,8 +83,8 @@ def measure(run: Path, cfg: DemoConfig, variants: list[str], seeds: list[int], f
     import torch
 
     from elfreg.backbones import Backbones
-    from elfreg.demo.run import (backbone_config, encode_test, per_problem, sample_texts_nfe, sampler_config,
-                                 task_config, task_module, task_rows)
+    from elfreg.demo.evaluation import encode_test, per_problem, sample_texts_nfe, sampler_config
+    from elfreg.demo.prepare import backbone_config, task_config, task_module, task_rows
     from elfreg.hub import ElfModel
 
     torch.set_num_threads(threads)

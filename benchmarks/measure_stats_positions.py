@@ -3,7 +3,7 @@
 Trains the demo's ELF-REG student (the demo's task, backbones, student and training budget, unchanged) with
 ``train.stats_positions`` set to one choice, then scores prefix early-stop at the demo's main NFE (16) over its
 three sampling seeds and keeps the per-problem results. A second call with ``--compare`` pairs two runs over the
-test problems the way the demo report does (``elfreg.demo.report``) and prints the difference with its standard
+test problems the way the demo report does (``elfreg.demo.claims``) and prints the difference with its standard
 error. Only the ELF-REG variant is trained (half the CPU of a full demo); both choices see identical data, seeds
 and budgets, so the statistics are the only difference.
 
@@ -35,8 +35,10 @@ def measure(positions: str, out: Path, threads: int, overrides: list[str], eval_
     from elfreg.backbones import Backbones
     from elfreg.data import CanvasConfig
     from elfreg.demo.cli import demo_config
-    from elfreg.demo.run import (backbone_config, default_cache_dir, head_token_ids, per_problem, run_config,
-                                 sample_texts, sampler_config, task_config, task_module, task_rows)
+    from elfreg.demo.evaluation import per_problem, sample_texts, sampler_config
+    from elfreg.demo.prepare import (backbone_config, default_cache_dir, head_token_ids, task_config, task_module,
+                                     task_rows)
+    from elfreg.demo.runs import run_config
     from elfreg.data.templates import apply_template
     from elfreg.hub import ElfModel
     from elfreg.train import CachedFeatures
@@ -95,7 +97,7 @@ def measure(positions: str, out: Path, threads: int, overrides: list[str], eval_
 
 def compare(a_dir: Path, b_dir: Path) -> None:
     """Print both runs' accuracy per seed and b - a paired over the test problems (demo report's rule)."""
-    from elfreg.demo.report import _compare, _paired_se
+    from elfreg.demo.claims import _paired_se, compare
 
     a, b = (json.loads((d / "stats_measure.json").read_text()) for d in (a_dir, b_dir))
     for r in (a, b):
@@ -103,7 +105,7 @@ def compare(a_dir: Path, b_dir: Path) -> None:
               f"{[round(v, 3) for v in r['cell']['acc']]}, mean {r['cell']['mean']:.4f} "
               f"(padding = {r['padding_share_of_response_positions']:.1%} of response positions)")
     se = _paired_se(a["cell"], b["cell"])
-    outcome, evidence = _compare(a["cell"], b["cell"])
+    outcome, evidence = compare(a["cell"], b["cell"])
     print(f"{b['stats_positions']} - {a['stats_positions']}: {b['cell']['mean'] - a['cell']['mean']:+.4f} "
           f"(paired SE {se:.4f}); '{b['stats_positions']} above {a['stats_positions']}': {outcome} ({evidence})")
 

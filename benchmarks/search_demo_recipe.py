@@ -1,6 +1,6 @@
 """Steps-to-accuracy of demo recipes: settings x variants x training seeds, with the demo's own pieces.
 
-Each run is one `elfreg demo` training run (elfreg.demo.run.train_run: the demo's task, cached SmolLM2 features,
+Each run is one `elfreg demo` training run (elfreg.demo.runs.train_run: the demo's task, cached SmolLM2 features,
 student, trainer and accuracy curve: test exact match of the EMA weights, early-stop at the main NFE, first
 sampling seed), trained ``lanes`` at a time as the demo trains. A run's numbers depend only on its settings, seed
 and thread count, not on the machine's load, so the search may run on a busy machine; its seconds may not.
@@ -55,7 +55,10 @@ def search(args: argparse.Namespace) -> None:
 
     from elfreg.atomic import append_line
     from elfreg.demo.cli import demo_config
-    from elfreg.demo.run import VARIANTS, prepare, side_by_side, train_run
+    from elfreg.demo.config import VARIANTS
+    from elfreg.demo.prepare import prepare
+    from elfreg.demo.run import side_by_side
+    from elfreg.demo.runs import train_run
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -98,7 +98,7 @@ def use_cached_features(trainer, cache_dir: Path, rows: int) -> None:
     into a feature cache (``data.features: cached`` does the same at start), then batches drawn from it."""
     from elfreg.train import CachedFeatures
     from elfreg.train.batches import CachedBatches
-    from elfreg.train.trainer import run_stream
+    from elfreg.train.setup import run_stream
 
     cfg = trainer.cfg
     examples = []

@@ -91,7 +91,7 @@ def test_smollm2_gguf_features():
 def test_gguf_name_maps_are_shared_only_inside_the_conversion():
     import gguf
 
-    from elfreg.backbones import _shared_gguf_name_maps
+    from elfreg.backbones_load import _shared_gguf_name_maps
 
     original = gguf.get_tensor_name_map
     arch = next(iter(gguf.MODEL_ARCH_NAMES))

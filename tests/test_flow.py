@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from elfreg.flow import c_t, noisy_state, sample_t, sample_w, snr, velocity
+from elfreg.flow import c_t, noisy_state, per_row, sample_t, sample_w, snr, velocity
 
 
 def test_c_t_floor_near_one():
@@ -26,6 +26,14 @@ def test_velocity_uses_clamped_c_t():
     # t = 0.99 -> c_t = 0.05 (not 0.01): v = 1 / 0.05 = 20
     assert torch.allclose(velocity(x_hat, z, torch.tensor([0.99])), torch.tensor([[[20.0]]]))
     assert torch.allclose(velocity(x_hat, z, torch.tensor([0.5])), torch.tensor([[[2.0]]]))
+
+
+def test_per_row_broadcasts_a_row_coefficient_in_the_states_dtype():
+    coef = torch.tensor([2.0, 3.0])
+    like = torch.ones(2, 3, 4, dtype=torch.bfloat16)
+    out = per_row(coef, like)
+    assert out.shape == (2, 1, 1) and out.dtype == torch.bfloat16
+    assert (out * like)[1].unique().item() == 3.0
 
 
 def test_time_and_w_laws():

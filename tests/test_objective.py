@@ -1,4 +1,5 @@
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -7,7 +8,9 @@ import torch.nn.functional as F
 from elfreg.config import ObjectiveConfig, model_preset
 from elfreg.flow import velocity
 from elfreg.model.student import ElfStudent
-from elfreg.objective import TrainBatch, cosine_to, draw, elf_reg_loss, repa_loss, sc_cfg_target, sc_cfg_x_star, x_star
+from elfreg.objective import (SelfConditioning, TrainBatch, cosine_to, draw, elf_loss, elf_reg_loss, reg_loss, reg_target,
+                              repa_loss, sc_cfg_guidance, sc_cfg_target, sc_cfg_x_star, text_target, token_cross_entropy,
+                              velocity_regression, x_star)
 
 B, L = 6, 10
 P = 3  # prompt length
@@ -95,6 +98,63 @@ def test_sc_cfg_target_hand_values():
                          0.05).item() == pytest.approx(16.0)
 
 
+def test_sc_cfg_guidance_hand_values():
+    b, w = torch.tensor([1.0, 0.0, 1.0]), torch.tensor([2.0, 3.0, 0.5])
+    v_sc, v_no = torch.tensor([[3.0], [5.0], [1.0]]), torch.tensor([[1.0], [1.0], [2.0]])
+    # b (1 - 1/w) (v_sc - v_no): 1 * 0.5 * 2 = 1; b = 0 gives 0; w = 0.5: (1 - 2) * (1 - 2) = 1
+    assert sc_cfg_guidance(b, w, v_sc, v_no).flatten().tolist() == pytest.approx([1.0, 0.0, 1.0])
+
+
+def _sc(rows, **fields):
+    return SelfConditioning(torch.tensor(rows), **{k: fields.get(k) for k in ("x_no_sc", "x_sc", "r_no_sc", "r_sc")})
+
+
+def test_text_target_guides_the_self_conditioned_rows_only():
+    x, w = torch.tensor([[[1.0]], [[2.0]]]), torch.tensor([3.0, 4.0])
+    sc = _sc([1], x_sc=torch.tensor([[[5.0]]]), x_no_sc=torch.tensor([[[1.0]]]))
+    # row 1 (b = 1): 2 + (1 - 1/4) (5 - 1) = 5; row 0 (b = 0): x* = x = 1
+    assert text_target(x, w, sc).flatten().tolist() == pytest.approx([1.0, 5.0])
+    assert text_target(x, w, None) is x
+
+
+def test_reg_target_hand_values():
+    r, r_t = torch.tensor([[1.0], [1.0]]), torch.tensor([[0.2], [0.2]])
+    t, w = torch.tensor([0.6, 0.6]), torch.tensor([2.0, 2.0])  # c_t = 0.4: plain (1 - 0.2) / 0.4 = 2
+    # row 1 self-conditioned: v_sc = (0.6 - 0.2) / 0.4 = 1, v_no = (0.2 - 0.2) / 0.4 = 0: 2 + (1 - 1/2) (1 - 0) = 2.5
+    sc = _sc([1], r_sc=torch.tensor([[0.6]]), r_no_sc=torch.tensor([[0.2]]))
+    assert reg_target(r, r_t, t, w, sc, 0.05).flatten().tolist() == pytest.approx([2.0, 2.5])
+    assert reg_target(r, r_t, t, w, None, 0.05).flatten().tolist() == pytest.approx([2.0, 2.0])
+
+
+def test_elf_loss_hand_values():
+    """L_ELF = (sum l2 over denoising positions + sum CE over decoder positions) / supervised positions."""
+    x_hat = torch.tensor([[[1.0, 3.0], [2.0, 2.0]], [[9.0, 9.0], [9.0, 9.0]]])
+    x_tgt = torch.tensor([[[0.0, 1.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]])
+    t = torch.tensor([0.5, 0.99])  # c_t = 0.5, and 0.05 (the floor) on row 1
+    l2 = velocity_regression(x_hat, x_tgt, t, 0.05)
+    # row 0: c^-2 = 4; position 0: (1 + 4)/2 = 2.5 -> 10; position 1: (4 + 4)/2 = 4 -> 16. row 1: 400 * 81 = 32400
+    assert l2.flatten().tolist() == pytest.approx([10.0, 16.0, 32400.0, 32400.0])
+    # the decoder row (row 1): position 0 logits (0, 0) -> CE ln 2; position 1 logits (0, ln 3), target 1 -> ln(4/3)
+    ce = token_cross_entropy(torch.tensor([[[0.0, 0.0], [0.0, math.log(3.0)]]]), torch.tensor([[0, 1]]))
+    assert ce.flatten().tolist() == pytest.approx([math.log(2.0), math.log(4 / 3)])
+    # supervised: row 0 position 1 (denoising), row 1 position 1 (decoder); position 0 is prompt
+    denoising = torch.tensor([[False, True], [False, False]])
+    loss, l2_sum, ce_sum = elf_loss(l2, denoising, ce, torch.tensor([[False, True]]), torch.tensor(2))
+    assert (l2_sum.item(), ce_sum.item()) == (pytest.approx(16.0), pytest.approx(math.log(4 / 3)))
+    assert loss.item() == pytest.approx((16.0 + math.log(4 / 3)) / 2)
+    assert elf_loss(l2, denoising, None, None, torch.tensor(1))[0].item() == pytest.approx(16.0)
+
+
+def test_reg_loss_hand_values():
+    r_hat, r_t = torch.tensor([[1.0, 1.0], [float("inf"), 5.0]]), torch.zeros(2, 2)
+    t = torch.tensor([0.5, 0.5])  # v_r = r_hat / 0.5
+    v_tgt = torch.tensor([[1.0, 3.0], [0.0, 0.0]])
+    den = torch.tensor([True, False])  # the decoder row (an inf there) counts for nothing
+    # row 0: ((2 - 1)^2 + (2 - 3)^2) / 2 = 1
+    assert reg_loss(r_hat, r_t, v_tgt, t, den, 0.05, torch.tensor(1)).item() == pytest.approx(1.0)
+    assert reg_loss(r_hat, r_t, v_tgt, t, den, 0.05, torch.tensor(4)).item() == pytest.approx(0.25)
+
+
 @pytest.mark.parametrize("t", [0.1, 0.5, 0.97])
 def test_velocity_loss_equals_weighted_x_loss(t):
     g = torch.Generator().manual_seed(1)
@@ -156,6 +216,31 @@ def test_text_term_equals_the_spec_velocity_form_on_fixed_inputs():
     per_tok = ((velocity(x_hat, z, t, cfg.c_t_floor) - v_tgt) ** 2).mean(-1)
     den_resp = ~batch.prompt_mask & ~dec[:, None]
     assert terms["l2"].item() == pytest.approx(per_tok[den_resp].mean().item(), rel=1e-5)
+
+
+def test_reg_term_equals_the_spec_velocity_form_on_fixed_inputs():
+    """terms["loss_reg"] == mean over denoising rows of ||v_r - v_r_target||^2 / d_r, with v_r_target the SC-CFG target
+    of passes A and B's REG predictions on the self-conditioned rows, recomputed here from the student's calls."""
+    cfg = ObjectiveConfig()
+    m = make_student(cls=Recorder)
+    batch = make_batch()
+    dec = torch.tensor([False, True, False, False, True, False])
+    sc = torch.tensor([True, True, False, True, False, False])
+    terms = elf_reg_loss(m, batch, make_draws(cfg, is_decoder=dec, self_cond=sc), cfg).terms
+    (za, qa, ta, wa), kw_a = m.calls[0]
+    (zb, qb, tb, wb), kw_b = m.calls[1]
+    (z, q, t, w), kw = m.calls[2]
+    rows, f = [0, 3], cfg.c_t_floor
+    with torch.no_grad():
+        r_a = ElfStudent.forward(m, za, qa, ta, wa, **kw_a).reg_hat
+        r_b = ElfStudent.forward(m, zb, qb, tb, wb, **kw_b).reg_hat
+        r_hat = ElfStudent.forward(m, z, q, t, w, **kw).reg_hat
+    r_in = kw["reg"]
+    v_tgt = velocity(batch.reg, r_in, t, f)
+    v_tgt[rows] = sc_cfg_target(batch.reg[rows], r_in[rows], ta, torch.ones(2), wa, velocity(r_b, r_in[rows], ta, f),
+                                velocity(r_a, r_in[rows], ta, f), f)
+    per_row = ((velocity(r_hat, r_in, t, f) - v_tgt) ** 2).mean(-1)
+    assert terms["loss_reg"].item() == pytest.approx(per_row[~dec].mean().item(), rel=1e-5)
 
 
 def test_loss_is_weighted_sum_of_terms():

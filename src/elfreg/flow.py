@@ -1,6 +1,7 @@
 """The forward process and its parametrisation (spec §3): z_t, c_t, velocities, and the training-time laws.
 
-Convention: t = 0 is pure noise, t = 1 is clean data.
+Convention: t = 0 is pure noise, t = 1 is clean data. The one home of c_t, z_t and the velocity: the objective
+(``elfreg.objective``) and the samplers' update rules (``elfreg.sampling.updates``) call these.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ def c_t(t: Tensor, floor: float = 0.05) -> Tensor:
     return torch.clamp(1.0 - t, min=floor)
 
 
-def _bcast(t: Tensor, like: Tensor) -> Tensor:
-    """Reshape per-row ``t`` (B,) to broadcast against ``like`` (B, ...)."""
-    return t.reshape(t.shape[0], *([1] * (like.dim() - 1))).to(like.dtype)
+def per_row(coef: Tensor, like: Tensor) -> Tensor:
+    """A per-row coefficient (B,) reshaped to broadcast against ``like`` (B, ...), in ``like``'s dtype."""
+    return coef.reshape(coef.shape[0], *([1] * (like.dim() - 1))).to(like.dtype)
 
 
 def state_coefficients(t: Tensor, sigma: float) -> tuple[Tensor, Tensor]:
@@ -28,13 +29,14 @@ def state_coefficients(t: Tensor, sigma: float) -> tuple[Tensor, Tensor]:
 
 def noisy_state(x: Tensor, t: Tensor, eps: Tensor, sigma: float) -> Tensor:
     """z_t = t x + (1 - t) sigma eps; x, eps (B, ...), t (B,) (spec §3)."""
-    a, b = state_coefficients(_bcast(t, x), sigma)
+    a, b = state_coefficients(per_row(t, x), sigma)
     return a * x + b * eps
 
 
 def velocity(x_hat: Tensor, z: Tensor, t: Tensor, floor: float = 0.05) -> Tensor:
-    """v = (x_hat - z) / c_t; x_hat, z (B, ...), t (B,) (spec §3)."""
-    return (x_hat - z) / _bcast(c_t(t, floor), z)
+    """v = (x_hat - z) / c_t; x_hat, z (B, ...), t (B,) (spec §3; the samplers' v_j = (d_j - y_j)/max(1 - t_j, 0.05),
+    spec §5, with ``floor`` = SamplerConfig.t_eps)."""
+    return (x_hat - z) / per_row(c_t(t, floor), z)
 
 
 def sample_t(n: int, mean: float, std: float, generator: torch.Generator | None = None) -> Tensor:

@@ -1,5 +1,10 @@
 """The ELF-REG training objective L = L_ELF + 0.5 L_REPA + 0.1 L_REG (spec §4).
 
+One function per equation of the spec: the SC-CFG target (``sc_cfg_target``, its guidance term
+``sc_cfg_guidance`` and clean-state form ``sc_cfg_x_star``), the text term ``elf_loss`` (with
+``velocity_regression`` and ``token_cross_entropy``), ``repa_loss`` and ``reg_loss``; ``elf_reg_loss`` builds the
+student's inputs (``student_inputs``), runs the self-conditioning passes (``self_condition``) and composes them.
+
 Randomness is drawn up front into ``Draws`` (per example, from per-example generators), so the loss itself is
 a deterministic function of (weights, batch, draws): tests set draws by hand, and the trainer derives each
 example's generator from (seed, epoch, global example index) so results do not depend on the world size.
@@ -14,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from elfreg.config import ObjectiveConfig
-from elfreg.flow import _bcast, c_t, noisy_state, state_coefficients, t_from_normal, velocity, w_from_uniform
+from elfreg.flow import c_t, noisy_state, per_row, state_coefficients, t_from_normal, velocity, w_from_uniform
 from elfreg.model.student import ElfStudent
 
 
@@ -58,6 +63,16 @@ class Draws:
     lam_r: Tensor | None = None  # (B,)
     eps_r_dec: Tensor | None = None  # (B, d_r)
 
+    def to(self, device: torch.device | str) -> "Draws":
+        """The draws on ``device``; a tensor that serves two fields (see above) is moved once and still serves both."""
+        moved: dict[int, Tensor] = {}
+
+        def move(v):
+            if isinstance(v, Tensor) and id(v) not in moved:
+                moved[id(v)] = v.to(device)
+            return moved[id(v)] if isinstance(v, Tensor) else v
+        return Draws(**{k: move(v) for k, v in self.__dict__.items()})
+
 
 def _lam(cfg: ObjectiveConfig, normal: Tensor) -> Tensor:
     """Decoder-input signal fraction lambda = sigmoid(mean + std N(0, 1)) (spec §4)."""
@@ -93,15 +108,18 @@ def draw(cfg: ObjectiveConfig, generators: list[torch.Generator], length: int, d
                  eps_r=noise_r, lam_r=_lam(cfg, normals[:, -1]) if d_r is not None else None, eps_r_dec=noise_r)
 
 
-def _guide(b: Tensor, w: Tensor, like: Tensor) -> Tensor:
-    """The SC-CFG weight b (1 - 1/w) per row, shaped to broadcast against ``like`` (spec §4)."""
-    return _bcast(b.to(like.dtype) * (1.0 - 1.0 / w), like)
+# -- the SC-CFG target (spec §4) ----------------------------------------------------------------------------------
+def sc_cfg_guidance(b: Tensor, w: Tensor, v_sc: Tensor, v_no_sc: Tensor) -> Tensor:
+    """b (1 - 1/w) (v_sc - v_no_sc), the guidance term of the SC-CFG target: v_sc, v_no_sc (B, ...), b, w (B,)
+    (spec §4). The clean-state form's term is the same with x_sc, x_no_sc (``sc_cfg_x_star``). No grad."""
+    delta = v_sc - v_no_sc
+    return (per_row(b.to(delta.dtype) * (1.0 - 1.0 / w), delta) * delta).detach()
 
 
 def sc_cfg_target(x: Tensor, z: Tensor, t: Tensor, b: Tensor, w: Tensor, v_sc: Tensor, v_no_sc: Tensor,
                   floor: float) -> Tensor:
     """v_target = (x - z)/c_t + b (1 - 1/w) (v_sc - v_no_sc), all (B, ...), b and w (B,) (spec §4); no grad."""
-    return ((x - z) / _bcast(c_t(t, floor), z) + _guide(b, w, z) * (v_sc - v_no_sc)).detach()
+    return (velocity(x, z, t, floor) + sc_cfg_guidance(b, w, v_sc, v_no_sc)).detach()
 
 
 def sc_cfg_x_star(x: Tensor, x_sc: Tensor, x_no_sc: Tensor, b: Tensor, w: Tensor) -> Tensor:
@@ -111,14 +129,48 @@ def sc_cfg_x_star(x: Tensor, x_sc: Tensor, x_no_sc: Tensor, b: Tensor, w: Tensor
     ``x_star(z, sc_cfg_target(...))`` without any velocity (tests/test_objective.py checks the identity); the loss
     uses it with ||v - v_target||^2 = c_t^-2 ||x_hat - x*_t||^2, which saves the (B, L, d) velocity arithmetic.
     """
-    return (x + _guide(b, w, x) * (x_sc - x_no_sc)).detach()
+    return (x + sc_cfg_guidance(b, w, x_sc, x_no_sc)).detach()
 
 
 def x_star(z: Tensor, v_target: Tensor, t: Tensor, floor: float) -> Tensor:
     """x*_t = z_t + c_t v_target, so that ||v - v_target||^2 = c_t^-2 ||x_hat - x*_t||^2 (spec §4)."""
-    return (z + _bcast(c_t(t, floor), z) * v_target).detach()
+    return (z + per_row(c_t(t, floor), z) * v_target).detach()
 
 
+# -- L_ELF (spec §4) ------------------------------------------------------------------------------------------------
+def _select(mask: Tensor, values: Tensor) -> Tensor:
+    """values where mask, exactly 0 elsewhere (broadcast): masked positions contribute nothing, even an inf or a NaN
+    (frozen fp16 features can overflow), where multiplying by the mask would give inf * 0 = NaN."""
+    return torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device))
+
+
+def velocity_regression(x_hat: Tensor, x_target: Tensor, t: Tensor, floor: float) -> Tensor:
+    """Per position ||v - v_target||^2 / d, computed as c_t^-2 ||x_hat - x*_t||^2 / d: x_hat, x*_t (B, L, d), t (B,)
+    -> (B, L) (spec §4: the weight c_t^-2 applied once)."""
+    inv_c2 = c_t(t, floor).reciprocal().square()[:, None]
+    # mse_loss: the values of (x_hat - x*)^2 in one kernel forward and backward
+    return F.mse_loss(x_hat, x_target, reduction="none").mean(-1) * inv_c2
+
+
+def token_cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """Per position cross-entropy of the vocab head, in fp32: logits (n, L, V), targets (n, L) head ids -> (n, L)."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none").view_as(targets)
+
+
+def elf_loss(l2: Tensor, denoising: Tensor, ce: Tensor | None, decoding: Tensor | None,
+             n_supervised: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """L_ELF = (sum of ||v - v_target||^2 / d over denoising positions + sum of CE over decoder positions) / N, and
+    the two sums (logged apart) (spec §4: one denominator, the supervised response positions of all rows).
+
+    l2 (B, L) from ``velocity_regression`` with ``denoising`` (B, L) bool, the positions it supervises; ce (n, L)
+    from ``token_cross_entropy`` on the n decoder rows with ``decoding`` (n, L), or None; n_supervised: N.
+    """
+    l2_sum = _select(denoising, l2).sum()
+    ce_sum = _select(decoding, ce).sum() if ce is not None else torch.zeros((), device=l2.device)
+    return (l2_sum + ce_sum) / n_supervised.clamp_min(1), l2_sum, ce_sum
+
+
+# -- L_REPA (spec §4) -----------------------------------------------------------------------------------------------
 def cosine_to(pred: Tensor, target: Tensor, eps: float = 1e-8) -> Tensor:
     """cos(pred, target) over the last dim in fp32, as ``F.cosine_similarity`` (each norm clamped at ``eps``), with
     no gradient into ``target`` (REPA's targets are frozen teacher states).
@@ -133,16 +185,10 @@ def cosine_to(pred: Tensor, target: Tensor, eps: float = 1e-8) -> Tensor:
     return (p * t_hat).sum(-1) / torch.linalg.vector_norm(p, dim=-1).clamp_min(eps)
 
 
-def _select(mask: Tensor, values: Tensor) -> Tensor:
-    """values where mask, exactly 0 elsewhere (broadcast): masked positions contribute nothing, even an inf or a NaN
-    (frozen fp16 features can overflow), where multiplying by the mask would give inf * 0 = NaN."""
-    return torch.where(mask, values, torch.zeros((), dtype=values.dtype, device=values.device))
-
-
 def repa_loss(pred: Tensor, teacher: Tensor, mask: Tensor, shift: int = 0, mean_pooled: bool = False,
               extra_pred: Tensor | None = None, extra_target: Tensor | None = None,
               denominator: Tensor | None = None) -> Tensor:
-    """Mean of 1 - cos(p(u_i), h_i) over masked positions (+ the REG/OLT token) (spec §4).
+    """L_REPA: the mean of 1 - cos(p(u_i), h_i) over masked positions (+ the REG/OLT token) (spec §4).
 
     pred, teacher: (B, L, d_t); mask: (B, L) bool, positions to align. shift=1 aligns student position i with teacher
     position i - 1 (position 0 then has no target). mean_pooled: every position's target is the row's mean teacher
@@ -168,6 +214,27 @@ def repa_loss(pred: Tensor, teacher: Tensor, mask: Tensor, shift: int = 0, mean_
     return total / (count if denominator is None else denominator).clamp_min(1)
 
 
+def repa_mask(batch: TrainBatch, cfg: ObjectiveConfig) -> Tensor:
+    """(B, L) bool: the positions REPA aligns, before any shift: response content tokens, plus the prompt's with
+    ``objective.repa_on_prompt`` (spec §4)."""
+    pm = batch.prompt_mask
+    return batch.content_mask | (pm if cfg.repa_on_prompt else torch.zeros_like(pm))
+
+
+# -- L_REG (spec §4) ------------------------------------------------------------------------------------------------
+def reg_loss(r_hat: Tensor, r_t: Tensor, v_r_target: Tensor, t: Tensor, denoising: Tensor, floor: float,
+             n_rows: Tensor) -> Tensor:
+    """L_REG = sum over denoising rows of ||v_r - v_r_target||^2 / d_r, divided by n_rows, with v_r = (r_hat - r_t)/c_t
+    (spec §4: the text term's velocity regression on the REG state, denoising rows only).
+
+    r_hat, r_t, v_r_target: (B, d_r) prediction, input state and target (``reg_target``); t (B,); denoising (B,)
+    bool; n_rows: the denominator (this batch's denoising rows, or their global count).
+    """
+    per_example = ((velocity(r_hat, r_t, t, floor) - v_r_target.detach()) ** 2).mean(-1)
+    return _select(denoising, per_example).sum() / n_rows.clamp_min(1)
+
+
+# -- composing them -------------------------------------------------------------------------------------------------
 def loss_counts(batch: TrainBatch, draws: Draws, cfg: ObjectiveConfig, extra_token: str) -> dict[str, Tensor]:
     """Raw (unclamped) denominators of each loss term for one batch: {"elf", "repa", "reg"} (spec §4).
 
@@ -177,7 +244,7 @@ def loss_counts(batch: TrainBatch, draws: Draws, cfg: ObjectiveConfig, extra_tok
     """
     pm = batch.prompt_mask
     out = {"elf": (~pm).sum(), "reg": (~draws.is_decoder.to(pm.device)).sum()}
-    mask = batch.content_mask | (pm if cfg.repa_on_prompt else torch.zeros_like(pm))
+    mask = repa_mask(batch, cfg)
     if cfg.repa_target != "mean_pooled" and cfg.repa_shift == 1:
         mask = mask.clone()
         mask[:, 0] = False
@@ -194,8 +261,118 @@ class LossOutput:
     terms: dict[str, Tensor] = field(default_factory=dict)
 
 
-def _rows(mask: Tensor) -> Tensor:
-    return mask.nonzero(as_tuple=True)[0]
+@dataclass
+class StudentInputs:
+    """What the student is given in a training step (spec §3-4), before self-conditioning fills ``q``.
+
+    z (B, L, d): the clean prompt, then z_t on denoising rows and the decoder input on decoder rows; q (B, L, d): the
+    clean prompt on denoising rows, 0 elsewhere; t (B,): t, or 1 on decoder rows; w (B,); r (B, d_r): the REG state's
+    input (r_t, or its decoder input), or None without a REG token; r_q: its self-conditioning input (0), or None.
+    """
+
+    z: Tensor
+    q: Tensor
+    t: Tensor
+    w: Tensor
+    r: Tensor | None
+    r_q: Tensor | None
+
+
+def student_inputs(batch: TrainBatch, draws: Draws, cfg: ObjectiveConfig, extra_token: str,
+                   reg_dim: int) -> StudentInputs:
+    """The forward process of one batch (spec §3-4): prompt positions hold the clean x, denoising rows
+    z_t = t x + (1 - t) sigma eps, decoder rows lam x + (1 - lam) s eps_dec; the REG state alike. draws on x's device.
+
+    Built as one mix z = a x + b eps with per-position (a, b): the same values as building the three states and
+    selecting, in two (B, L, d) products instead of eight passes.
+    """
+    x, pm = batch.x, batch.prompt_mask
+    dec, den = draws.is_decoder, ~draws.is_decoder
+    t = torch.where(dec, torch.ones_like(draws.t), draws.t)
+    a_den, b_den = state_coefficients(draws.t[:, None], cfg.sigma)
+    lam = draws.lam
+    a = torch.where(dec[:, None], lam, a_den).masked_fill(pm, 1.0).unsqueeze(-1)
+    b = torch.where(dec[:, None], (1.0 - lam) * cfg.decoder_noise_scale, b_den).masked_fill(pm, 0.0).unsqueeze(-1)
+    noise = draws.eps if draws.eps is draws.eps_dec else torch.where(dec[:, None, None], draws.eps_dec, draws.eps)
+    z = a * x + b * noise
+    q = torch.where(pm.unsqueeze(-1) & den[:, None, None], x, 0.0)  # decoder mode: q = 0 everywhere
+    r_in = None
+    if extra_token == "reg":
+        if batch.reg is not None:
+            r = batch.reg
+            r_den = noisy_state(r, draws.t, draws.eps_r, cfg.sigma)
+            lam_r = draws.lam_r.unsqueeze(-1)
+            r_dec = lam_r * r + (1.0 - lam_r) * cfg.decoder_noise_scale * draws.eps_r_dec
+            r_in = torch.where(dec.unsqueeze(-1), r_dec, r_den)
+        else:  # ELF-REG student trained without a teacher: the token still needs an input
+            r_in = torch.zeros(x.shape[0], reg_dim, device=x.device)
+    return StudentInputs(z=z, q=q, t=t, w=draws.w, r=r_in, r_q=torch.zeros_like(r_in) if r_in is not None else None)
+
+
+@dataclass
+class SelfConditioning:
+    """The two gradient-free passes on the self-conditioned rows (b = 1) of a step (spec §4).
+
+    rows (n,): their batch indices. x_no_sc, x_sc (n, L, d): the clean predictions of pass A (q = 0 on the response)
+    and pass B (q = pass A's), the prompt positions holding the clean x; r_no_sc, r_sc (n, d_r): their REG
+    predictions, or None.
+    """
+
+    rows: Tensor
+    x_no_sc: Tensor
+    x_sc: Tensor
+    r_no_sc: Tensor | None
+    r_sc: Tensor | None
+
+
+@torch.no_grad()
+def self_condition(student: ElfStudent, x: Tensor, prompt_mask: Tensor, inp: StudentInputs,
+                   rows: Tensor) -> SelfConditioning:
+    """Passes A and B on ``rows`` alone (spec §4): only those rows' outputs are used, and every row is computed
+    independently of the others. x (B, L, d) clean states, prompt_mask (B, L)."""
+    sub = lambda a: a[rows] if a is not None else None  # noqa: E731
+    z, t, w, x_s, pm = inp.z[rows], inp.t[rows], inp.w[rows], x[rows], prompt_mask.unsqueeze(-1)[rows]
+    out_a = student(z, inp.q[rows], t, w, reg=sub(inp.r), reg_q=sub(inp.r_q))
+    x_a = torch.where(pm, x_s, out_a.x_hat)
+    out_b = student(z, x_a, t, w, reg=sub(inp.r), reg_q=out_a.reg_hat)
+    return SelfConditioning(rows, x_no_sc=x_a, x_sc=torch.where(pm, x_s, out_b.x_hat), r_no_sc=out_a.reg_hat,
+                            r_sc=out_b.reg_hat)
+
+
+def text_target(x: Tensor, w: Tensor, sc: SelfConditioning | None) -> Tensor:
+    """x*_t of every row (B, L, d), the SC-CFG target in clean-state form (spec §4): x + b (1 - 1/w) (x_sc - x_no_sc)
+    with b = 1 on the self-conditioned rows ``sc.rows`` and b = 0 (x*_t = x) on the others. No grad."""
+    if sc is None:
+        return x
+    guidance = sc_cfg_guidance(torch.ones_like(w[sc.rows]), w[sc.rows], sc.x_sc, sc.x_no_sc)
+    return x.index_add(0, sc.rows, guidance.to(x.dtype)).detach()
+
+
+def reg_target(r: Tensor, r_t: Tensor, t: Tensor, w: Tensor, sc: SelfConditioning | None, floor: float) -> Tensor:
+    """v_r_target of every row (B, d_r), the REG state's SC-CFG target (spec §4): (r - r_t)/c_t + b (1 - 1/w)
+    (v_sc - v_no_sc), with b = 1 on the self-conditioned rows ``sc.rows`` (v_sc, v_no_sc the velocities of passes
+    B and A's REG predictions) and b = 0 on the others. No grad."""
+    target = velocity(r, r_t, t, floor)
+    if sc is None or sc.r_sc is None:
+        return target.detach()
+    t_s, r_s = t[sc.rows], r_t[sc.rows]
+    guidance = sc_cfg_guidance(torch.ones_like(t_s), w[sc.rows], velocity(sc.r_sc, r_s, t_s, floor),
+                               velocity(sc.r_no_sc, r_s, t_s, floor))
+    return target.index_add(0, sc.rows, guidance.to(target.dtype)).detach()
+
+
+def _repa_predictions(student: ElfStudent, out, batch: TrainBatch,
+                      cfg: ObjectiveConfig) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """(projected text states (B, L, d_t), projected REG/OLT token state (B, d_t) or None, its target or None)."""
+    if cfg.repa_on_extra_token and out.repa_extra is not None:
+        if batch.teacher_at_source is None:
+            raise ValueError("REPA on the REG/OLT token needs batch.teacher_at_source")
+        # One projector call for the token and the text positions: under autocast a weight used twice shares
+        # one bf16 cast, and so sums its two gradients in bf16, only while no other thread clears autocast's
+        # (process-wide) cast cache in between; one call makes runs side by side deterministic.
+        both = student.repa_projector(torch.cat([out.repa_extra[:, None], out.repa_hidden], dim=1))
+        return both[:, 1:], both[:, 0], batch.teacher_at_source
+    return student.repa_projector(out.repa_hidden), None, None
 
 
 def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: ObjectiveConfig,
@@ -211,87 +388,37 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
     mcfg = student.config
     x, pm = batch.x, batch.prompt_mask
     dev = x.device
-    b_sz, length, d = x.shape
-    dr = {k: (v.to(dev) if isinstance(v, Tensor) else v) for k, v in draws.__dict__.items()}
-    dec, sc = dr["is_decoder"], dr["self_cond"] & ~dr["is_decoder"]
-    den = ~dec
-    pm3 = pm.unsqueeze(-1)
-    resp = ~pm
     use_reg = cfg.use_reg and mcfg.extra_token == "reg"
     if use_reg and batch.reg is None:
         raise ValueError("objective.use_reg is on but the batch carries no REG target (teacher features missing)")
     if cfg.use_repa and (batch.teacher is None or student.repa_projector is None):
         raise ValueError("objective.use_repa is on but the batch has no teacher states or the model no projector")
     floor = cfg.c_t_floor
+    draws = draws.to(dev)
+    dec = draws.is_decoder
+    den = ~dec
+    inp = student_inputs(batch, draws, cfg, mcfg.extra_token, mcfg.reg_dim)
 
-    # Forward process (spec §3): prompt positions always hold the clean x, denoising rows z_t, decoder rows the
-    # decoder input lam x + (1 - lam) s eps. Built as one mix z = a x + b eps with per-position (a, b): the same
-    # values as building the three states and selecting, in two (B, L, d) products instead of eight passes.
-    t = torch.where(dec, torch.ones_like(dr["t"]), dr["t"])
-    a_den, b_den = state_coefficients(dr["t"][:, None], cfg.sigma)
-    lam = dr["lam"]
-    a = torch.where(dec[:, None], lam, a_den).masked_fill(pm, 1.0).unsqueeze(-1)
-    b = torch.where(dec[:, None], (1.0 - lam) * cfg.decoder_noise_scale, b_den).masked_fill(pm, 0.0).unsqueeze(-1)
-    noise = dr["eps"] if dr["eps"] is dr["eps_dec"] else torch.where(dec[:, None, None], dr["eps_dec"], dr["eps"])
-    z = a * x + b * noise
-    w = dr["w"]
-    q = torch.where(pm3 & den[:, None, None], x, 0.0)  # decoder mode: q = 0 everywhere
-
-    r_in = r = None
-    if mcfg.extra_token == "reg":
-        if batch.reg is not None:
-            r = batch.reg
-            r_den = noisy_state(r, dr["t"], dr["eps_r"], cfg.sigma)
-            lam_r = dr["lam_r"].unsqueeze(-1)
-            r_dec = lam_r * r + (1.0 - lam_r) * cfg.decoder_noise_scale * dr["eps_r_dec"]
-            r_in = torch.where(dec.unsqueeze(-1), r_dec, r_den)
-        else:  # ELF-REG student trained without a teacher: the token still needs an input
-            r_in = torch.zeros(b_sz, mcfg.reg_dim, device=dev)
-    qr = torch.zeros_like(r_in) if r_in is not None else None
-
-    # Self-conditioning and the SC-CFG target: two gradient-free passes on the self-conditioned rows (spec §4).
-    # The text term is c_t^-2 ||x_hat - x*_t||^2 / d = ||v - v_target||^2 / d, with x*_t = x on the rows without
-    # self-conditioning (their v_target is (x - z)/c_t) and sc_cfg_x_star on the others.
-    x_tgt = x
-    v_r_tgt = velocity(r, r_in, t, floor) if use_reg else None
-    if sc.any():
-        with torch.no_grad():
-            # Only the self-conditioned rows' outputs are used, so both passes run on those rows alone (every row
-            # is computed independently of the others).
-            sc_idx = _rows(sc)
-            sub = lambda a: a[sc_idx] if a is not None else None  # noqa: E731
-            z_s, t_s, w_s, x_s, pm_s = z[sc_idx], t[sc_idx], w[sc_idx], x[sc_idx], pm3[sc_idx]
-            out_a = student(z_s, q[sc_idx], t_s, w_s, reg=sub(r_in), reg_q=sub(qr))
-            x_a = torch.where(pm_s, x_s, out_a.x_hat)
-            out_b = student(z_s, x_a, t_s, w_s, reg=sub(r_in), reg_q=out_a.reg_hat)
-            x_b = torch.where(pm_s, x_s, out_b.x_hat)
-            x_tgt = x.clone()
-            x_tgt[sc_idx] = sc_cfg_x_star(x_s, x_b, x_a, torch.ones_like(t_s), w_s)
-            q[sc_idx] = x_a  # q and qr are this function's own tensors: no copies
-            if use_reg:
-                v_r_tgt = v_r_tgt.clone()
-                v_r_tgt[sc_idx] = sc_cfg_target(
-                    r[sc_idx], r_in[sc_idx], t_s, torch.ones_like(t_s), w_s,
-                    velocity(out_b.reg_hat, r_in[sc_idx], t_s, floor),
-                    velocity(out_a.reg_hat, r_in[sc_idx], t_s, floor), floor)
-            if qr is not None and out_a.reg_hat is not None:
-                qr[sc_idx] = out_a.reg_hat
+    # Self-conditioning (b = 1) on the denoising rows drawn for it: passes A and B give the SC-CFG targets, and the
+    # gradient pass sees pass A's prediction as q (q and r_q are this function's own tensors: no copies).
+    sc_rows = _rows(draws.self_cond & den)
+    sc = self_condition(student, x, pm, inp, sc_rows) if len(sc_rows) else None
+    x_target = text_target(x, inp.w, sc)
+    v_r_target = reg_target(batch.reg, inp.r, inp.t, inp.w, sc, floor) if use_reg else None
+    if sc is not None:
+        inp.q[sc.rows] = sc.x_no_sc
+        if inp.r_q is not None and sc.r_no_sc is not None:
+            inp.r_q[sc.rows] = sc.r_no_sc
 
     # The gradient pass: one mixed forward over denoising and decoder rows.
-    out = student(z, q, t, w, reg=r_in, reg_q=qr, decoder=dec, repa=cfg.use_repa)
-    inv_c2 = c_t(t, floor).reciprocal().square()[:, None]
-    # (B, L): ||v - v_target||^2 / d; mse_loss: the values of (x_hat - x*)^2 in one kernel forward and backward
-    l2_tok = F.mse_loss(out.x_hat, x_tgt, reduction="none").mean(-1) * inv_c2
-    den_resp = resp & den[:, None]
-    dec_resp = resp & dec[:, None]
-    l2_sum = _select(den_resp, l2_tok).sum()
-    ce_sum = torch.zeros((), device=dev)
+    out = student(inp.z, inp.q, inp.t, inp.w, reg=inp.r, reg_q=inp.r_q, decoder=dec, repa=cfg.use_repa)
+    resp = ~pm
+    den_resp, dec_resp = resp & den[:, None], resp & dec[:, None]
+    ce = None
     if out.logits is not None:
-        targets = student.token_to_head_ids(batch.tokens[dec])
-        ce = F.cross_entropy(out.logits.float().flatten(0, 1), targets.flatten(), reduction="none")
-        ce_sum = _select(resp[dec], ce.view_as(targets)).sum()
-    n_resp = (resp.sum() if counts is None else counts["elf"].to(dev)).clamp_min(1)
-    loss_elf = (l2_sum + ce_sum) / n_resp
+        ce = token_cross_entropy(out.logits, student.token_to_head_ids(batch.tokens[dec]))
+    loss_elf, l2_sum, ce_sum = elf_loss(velocity_regression(out.x_hat, x_target, inp.t, floor), den_resp,
+                                        ce, resp[dec], resp.sum() if counts is None else counts["elf"].to(dev))
     terms = {
         "loss_elf": loss_elf.detach(),
         "l2": (l2_sum / den_resp.sum().clamp_min(1)).detach(),
@@ -301,29 +428,23 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
     total = loss_elf
 
     if cfg.use_repa:
-        mask = batch.content_mask | (pm if cfg.repa_on_prompt else torch.zeros_like(pm))
-        extra_pred = extra_tgt = None
-        if cfg.repa_on_extra_token and out.repa_extra is not None:
-            if batch.teacher_at_source is None:
-                raise ValueError("REPA on the REG/OLT token needs batch.teacher_at_source")
-            # One projector call for the token and the text positions: under autocast a weight used twice shares
-            # one bf16 cast, and so sums its two gradients in bf16, only while no other thread clears autocast's
-            # (process-wide) cast cache in between; one call makes runs side by side deterministic.
-            both = student.repa_projector(torch.cat([out.repa_extra[:, None], out.repa_hidden], dim=1))
-            pred, extra_pred, extra_tgt = both[:, 1:], both[:, 0], batch.teacher_at_source
-        else:
-            pred = student.repa_projector(out.repa_hidden)
-        loss_repa = repa_loss(pred, batch.teacher, mask, cfg.repa_shift, cfg.repa_target == "mean_pooled",
-                              extra_pred, extra_tgt, None if counts is None else counts["repa"].to(dev))
+        pred, extra_pred, extra_target = _repa_predictions(student, out, batch, cfg)
+        loss_repa = repa_loss(pred, batch.teacher, repa_mask(batch, cfg), cfg.repa_shift,
+                              cfg.repa_target == "mean_pooled", extra_pred, extra_target,
+                              None if counts is None else counts["repa"].to(dev))
         terms["loss_repa"] = loss_repa.detach()
         total = total + cfg.repa_weight * loss_repa
 
     if use_reg:
-        v_r = velocity(out.reg_hat, r_in, t, floor)
-        per_row = ((v_r - v_r_tgt.detach()) ** 2).mean(-1)  # ||v_r - v_r_target||^2 / d_r
-        loss_reg = _select(den, per_row).sum() / (den.sum() if counts is None else counts["reg"].to(dev)).clamp_min(1)
+        loss_reg = reg_loss(out.reg_hat, inp.r, v_r_target, inp.t, den, floor,
+                            den.sum() if counts is None else counts["reg"].to(dev))
         terms["loss_reg"] = loss_reg.detach()
         total = total + cfg.reg_weight * loss_reg
 
     terms["loss"] = total.detach()
     return LossOutput(loss=total, terms=terms)
+
+
+def _rows(mask: Tensor) -> Tensor:
+    """The indices (n,) of the rows where a (B,) mask holds."""
+    return mask.nonzero(as_tuple=True)[0]

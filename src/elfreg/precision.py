@@ -173,7 +173,7 @@ def cache_path(cache_dir: str | Path | None = None) -> Path:
 def machine_key(workload: Workload) -> str:
     """What the ratio depends on: CPU model and vector extensions, torch build and kernel level, the kernel
     environment variables and the shapes (a digest of their text)."""
-    from elfreg.demo.machine import KERNEL_ENV, cpu_model, vector_extensions
+    from elfreg.machine import KERNEL_ENV, cpu_model, vector_extensions
 
     env = " ".join(f"{k}={os.environ[k]}" for k in KERNEL_ENV if k in os.environ)
     text = "|".join([cpu_model(), " ".join(vector_extensions()), torch.__version__,

@@ -8,7 +8,8 @@ import pytest
 from elfreg.configtools import ConfigError
 from elfreg.demo.config import DemoConfig
 from elfreg.demo.lanes import LanePool, QueueBar, _WORKER, stopped
-from elfreg.demo.run import Stopped, lane_order, side_by_side, stop_hook
+from elfreg.demo.run import side_by_side
+from elfreg.demo.runs import Stopped, lane_order, stop_hook
 
 
 def test_lane_order_is_seed_major_and_alternates_the_variants():

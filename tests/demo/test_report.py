@@ -6,9 +6,9 @@ import json
 import pytest
 
 from elfreg.demo.cli import demo_config
-from elfreg.demo.machine import cpu_model, vector_extensions
-from elfreg.demo.report import (SECTIONS, changed_settings, claims, decide_command, reach_claims,
-                                reach_seeds_to_decide, seeds_to_decide, write_report)
+from elfreg.demo.claims import claims, reach_claims, reach_seeds_to_decide, seeds_to_decide
+from elfreg.demo.report import SECTIONS, changed_settings, decide_command, write_report
+from elfreg.machine import cpu_model, vector_extensions
 
 
 def test_seeds_to_decide_hand_values():
@@ -171,7 +171,8 @@ def test_setting_note_says_what_the_setting_decides_on_the_samplers_and_where_th
 
 def test_training_precision_is_resolved_at_the_students_shapes(monkeypatch):
     from elfreg import precision
-    from elfreg.demo.machine import machine_info, training_precision
+    from elfreg.demo.prepare import training_precision
+    from elfreg.machine import machine_info
 
     seen = []
 

@@ -5,7 +5,9 @@ import json
 
 from elfreg.cli import main
 from elfreg.demo.cli import demo_config
-from elfreg.demo.run import claim_runs, run_fingerprint, with_training_precision
+from elfreg.demo.prepare import with_training_precision
+from elfreg.demo.run import claim_runs
+from elfreg.demo.runs import run_fingerprint
 
 
 def _first_run_made(out, overrides=()):

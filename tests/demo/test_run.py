@@ -7,8 +7,8 @@ import pytest
 
 from elfreg.cli import main
 from elfreg.demo.cli import demo_config
-from elfreg.demo.report import claims
-from elfreg.demo.run import AccuracyCurve, read_points
+from elfreg.demo.claims import claims
+from elfreg.demo.evaluation import AccuracyCurve, read_points
 from helpers import smollm2_gguf
 
 pytestmark = pytest.mark.slow
@@ -191,7 +191,7 @@ def test_accuracy_curve_measures_every_curve_every_steps_and_the_last_step(tmp_p
 
 
 def test_claims_with_per_problem_results_are_paired_over_the_problems():
-    from elfreg.demo.report import _paired_se
+    from elfreg.demo.claims import _paired_se
 
     # By hand: seed-averaged correctness a = [1, 0, 0, 0], b = [1, 1, .5, 0]; d = [0, 1, .5, 0], mean .375,
     # sample variance .6875 / 3, s.e. sqrt(.6875 / 3 / 4) = 0.2394.
@@ -217,7 +217,7 @@ def test_claims_with_per_problem_results_are_paired_over_the_problems():
 
 
 def test_paired_se_over_training_seeds_by_hand():
-    from elfreg.demo.report import _paired_se
+    from elfreg.demo.claims import _paired_se
 
     # Training seeds 0 and 1, two sampling seeds each, 3 problems. Averaged over sampling seeds:
     # a: seed 0 [1, 0, 0], seed 1 [0, 0, 1]; b: seed 0 [1, .5, 0], seed 1 [1, 0, 1]
@@ -237,7 +237,7 @@ def test_paired_se_over_training_seeds_by_hand():
 
 
 def test_reach_claims_pair_steps_over_training_seeds():
-    from elfreg.demo.report import reach_claims, reach_step
+    from elfreg.demo.claims import reach_claims, reach_step
 
     cfg = demo_config(True, ["eval.reach=[0.1,0.4,0.55,0.7]", "eval.curve_every=100"])
     curve = lambda accs: [{"step": 100 * (i + 1), "acc": a} for i, a in enumerate(accs)]  # noqa: E731

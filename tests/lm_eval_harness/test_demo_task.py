@@ -26,7 +26,8 @@ def demo_model(tmp_path_factory):
     from elfreg.data import CanvasConfig
     from elfreg.demo import arith
     from elfreg.demo.cli import demo_config
-    from elfreg.demo.run import backbone_config, head_token_ids, run_config, task_rows
+    from elfreg.demo.prepare import backbone_config, head_token_ids, task_rows
+    from elfreg.demo.runs import run_config
     from elfreg.train import CachedFeatures
     from elfreg.train.trainer import Trainer
 

@@ -1,7 +1,15 @@
 import pytest
 import torch
 
-from elfreg.sampling.updates import euler_step, renoise_step, velocity
+from elfreg import flow
+from elfreg.flow import velocity
+from elfreg.sampling import updates
+from elfreg.sampling.updates import euler_step, renoise_step
+
+
+def test_the_samplers_velocity_is_the_flow_velocity():
+    """One home per formula: the update rules call elfreg.flow's velocity and broadcast, not copies of them."""
+    assert updates.velocity is flow.velocity and updates.per_row is flow.per_row
 
 
 def test_velocity_by_hand_with_clamp():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from elfreg.sandbox.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
+from elfreg.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
 
 
 def isolated_sandbox(**config) -> Sandbox:

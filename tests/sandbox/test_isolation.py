@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from elfreg.eval.cli import run_score
-from elfreg.sandbox.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
+from elfreg.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
 
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -102,7 +102,7 @@ def test_a_program_that_kills_its_parent_leaves_the_scorer_running(tmp_path, iso
         sys.path.insert(0, {SRC!r})
         from elfreg.sandbox import ExpectedOutputs, TimeRule
         from elfreg.eval.datasets import load_benchmark
-        from elfreg.sandbox.sandbox import Sandbox, SandboxConfig
+        from elfreg.sandbox import Sandbox, SandboxConfig
         from elfreg.eval.scoring import score_program
         bench = load_benchmark("humaneval")
         p = bench.by_id["HumanEval/0"]

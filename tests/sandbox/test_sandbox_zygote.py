@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from elfreg.sandbox.codecheck import run_asserts
-from elfreg.sandbox.sandbox import _MAX_SLOTS, _UID_BASE, IsolationUnavailable, Sandbox, SandboxConfig
+from elfreg.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
+from elfreg.sandbox.sandbox import _MAX_SLOTS, _UID_BASE
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -123,7 +124,8 @@ def test_killed_harness_leaves_no_sandboxed_process(tmp_path):
         import sys
         sys.path.insert(0, {SRC!r})
         from elfreg.sandbox.codecheck import run_asserts
-        from elfreg.sandbox.sandbox import _MAX_SLOTS, _UID_BASE, IsolationUnavailable, Sandbox, SandboxConfig
+        from elfreg.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
+        from elfreg.sandbox.sandbox import _MAX_SLOTS, _UID_BASE
         sb = Sandbox(SandboxConfig(isolation="zygote"))
         print("ready", flush=True)
         run_asserts(sb, "import os\\nos.fork()\\nwhile True:\\n    pass", "assert True", 300)

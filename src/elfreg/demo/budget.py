@@ -78,7 +78,7 @@ def run_seconds(cfg: DemoConfig, timing: Timing, variant: str, done: int = 0) ->
 def eval_seconds(cfg: DemoConfig, timing: Timing, variant: str) -> float:
     """One model's evaluation: the test prompts encoded once, then every (sampler, NFE) cell at every sampling seed,
     each priced as a curve point scaled by its denoiser calls (+1: the final decode)."""
-    from elfreg.demo.run import eval_cells
+    from elfreg.demo.evaluation import eval_cells
 
     ev = cfg.eval
     per_call = timing.curve[variant] / (ev.main_nfe + 1)
@@ -108,7 +108,7 @@ def schedule(first: list[float], lanes: int, then: list[float] | None = None, pi
 def estimate(cfg: DemoConfig, timing: Timing, done: dict[tuple[str, int], int] | None = None) -> Estimate:
     """Seconds of ``cfg``'s training runs and evaluations on its lanes (``done``: steps each run (variant, seed)
     already has, from an earlier demo in the same folder)."""
-    from elfreg.demo.run import lane_order
+    from elfreg.demo.runs import lane_order
 
     done = done or {}
     jobs = lane_order(cfg.train.seeds)

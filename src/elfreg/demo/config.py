@@ -130,7 +130,7 @@ class DemoTrain:
     muon_params: str = "hidden"
     # auto: bf16 autocast where this CPU measured it faster than fp32 at the student's shapes (AVX512-BF16 / AMX),
     # else fp32: CPUs without native bf16 emulate it, ~13x slower at these shapes (elfreg.precision). Resolved once
-    # before training (elfreg.demo.machine.training_precision), so every run of a demo computes alike
+    # before training (elfreg.demo.prepare.training_precision), so every run of a demo computes alike
     precision: str = "auto"
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # training seeds: init, data order, draws
     log_every: int = 10
@@ -176,7 +176,7 @@ class DemoEval:
     curve_every: int = 220
     # Fig. 3's claim: the first curve step at which each model reaches a test accuracy. reach: accuracies as given
     # (fractions); reach_of_peak: fractions of the lowest peak of the runs' curves, so that the thresholds follow
-    # the students' own range (every run reaches them) whatever the budget (elfreg.demo.report.reach_thresholds)
+    # the students' own range (every run reaches them) whatever the budget (elfreg.demo.claims.reach_thresholds)
     reach: list[float] = field(default_factory=list)
     reach_of_peak: list[float] = field(default_factory=lambda: [0.5, 0.75, 0.9])
 

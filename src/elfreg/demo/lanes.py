@@ -1,6 +1,6 @@
 """Demo runs side by side in worker processes (``DemoConfig.lane_mode: processes``).
 
-Each worker process loads the demo's shared data once (``run.prepare``: the backbones from their cache, the cached
+Each worker process loads the demo's shared data once (``prepare.prepare``: the backbones from their cache, the cached
 training features) and then trains or evaluates whole runs, one at a time, with threads / lanes intra-op threads.
 Processes rather than threads of one process: the Python part of a small student's step holds the GIL, so two
 threads wait on each other; measured on 2 cores (benchmarks/bench_demo_step.py --lanes), two 1-thread processes
@@ -44,7 +44,7 @@ def demo_init(cfg_data: dict, cache_dir: str | None, threads: int) -> None:
 
     from elfreg.configtools import from_dict
     from elfreg.demo.config import DemoConfig
-    from elfreg.demo.run import prepare
+    from elfreg.demo.prepare import prepare
 
     hf_logging.disable_progress_bar()  # the parent shows one bar for all runs
     torch.set_num_threads(threads)
@@ -74,7 +74,7 @@ def _planned(cfg_data: dict | None):
 
 def train_job(job: tuple[str, int], out: str, cfg_data: dict | None = None) -> dict:
     """Worker: train (or resume) run ``job`` = (variant, seed) of the demo into ``out``/<variant>/seed-<seed>."""
-    from elfreg.demo.run import train_run
+    from elfreg.demo.runs import train_run
 
     w, bar = _WORKER, QueueBar(_WORKER["queue"], "train")
     variant, seed = job
@@ -85,7 +85,7 @@ def train_job(job: tuple[str, int], out: str, cfg_data: dict | None = None) -> d
 def time_job(variant: str) -> dict:
     """Worker: the seconds of a training run's parts of ``variant`` (``run.time_run``), timed beside the other lanes'
     (each lane passes the pool's barrier before its steps)."""
-    from elfreg.demo.run import time_run
+    from elfreg.demo.runs import time_run
 
     w = _WORKER
     return time_run(w["data"], w["cfg"], variant, w["lock"], w["together"])
@@ -93,7 +93,7 @@ def time_job(variant: str) -> dict:
 
 def evaluate_job(model_dir: str, cfg_data: dict | None = None) -> dict:
     """Worker: every (sampler, NFE, seed) cell of the model in ``model_dir`` on the test problems."""
-    from elfreg.demo.run import encode_test, evaluate
+    from elfreg.demo.evaluation import encode_test, evaluate
     from elfreg.hub import ElfModel
 
     w = _WORKER
@@ -137,7 +137,7 @@ class LanePool:
         its first trained models while the last one trains). ``self.first_done``: seconds from the call until the
         last first job ended.
         """
-        from elfreg.demo.run import Stopped
+        from elfreg.demo.runs import Stopped
 
         bars = dict(bars or {})
         done = threading.Event()

@@ -27,7 +27,7 @@ from .benchmark import Benchmark, Problem
 from .codeprep import ALIAS_MODES, ALIAS_RULE, looks_like_solution, prepare_code
 from .completions import MAX_COMPLETION_BYTES, Completion, check_max_completion_bytes, unknown_task_id
 from .mathcheck import verify_answer
-from .textpool import Outcome, TextPool
+from .workers import KillablePool as TextPool, Outcome
 
 log = logging.getLogger(__name__)
 

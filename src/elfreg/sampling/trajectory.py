@@ -14,11 +14,12 @@ from typing import Iterator, Sequence
 
 import torch
 
+from elfreg.flow import velocity
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.decode import decode_token_ids
 from elfreg.sampling.network import NFECounter, uses_reg_state
 from elfreg.sampling.seeding import STREAM_NOISE, sample_generator
-from elfreg.sampling.updates import euler_update, renoise_step, velocity
+from elfreg.sampling.updates import euler_update, renoise_step
 
 Key = tuple[int, int]
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .codecheck import IOTests, OutputStream, ReplaySpec, encode_calls, encode_inputs, tail
-from .sandbox import Sandbox, default_cache_root
+from .config import default_cache_root
+from .sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 

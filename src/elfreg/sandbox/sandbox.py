@@ -24,34 +24,39 @@ started it (bubblewrap's ``--die-with-parent``, or ``setpriv --pdeathsig`` and `
 
 ``auto`` takes the first of ``zygote`` and ``bwrap`` that works and otherwise refuses
 (:class:`IsolationUnavailable`, saying how to install bubblewrap or to opt out): isolation is never lost
-silently. What a run writes back is read by :mod:`.records` as untrusted input.
+silently. What a run writes back is read by :mod:`.collect` and :mod:`.records` as untrusted input.
+
+This module holds the :class:`Sandbox` (probing, slots and fork servers, running and killing one program); its
+settings are :mod:`.config`'s, the command lines that start a program :mod:`.bwrap`'s.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import queue
 import secrets
-import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
-from pathlib import Path
 
+from .bwrap import bwrap_argv, hidden_paths, sandbox_env, unshare_prefix
+from .collect import RunResult, collect, result_pipe
+from .config import INSTALL_HINT, Isolation, IsolationUnavailable, SandboxConfig, SandboxError, machine_memory, size_text
 from .forkserver import Zygote, ZygoteError
 from .inside import RUNNER_SOURCE
-from .layout import ancestors, inside, interpreter_layout
+from .layout import ancestors
 from .memcg import MemoryCgroups
-from .records import MAX_RECORD_BYTES, RecordStream
+from .records import RecordStream
+from ..moved import moved
+
+__all__ = ["Sandbox"]
+
 
 log = logging.getLogger(__name__)
 
@@ -59,154 +64,7 @@ log = logging.getLogger(__name__)
 # harnesses on one machine never share a uid (the end-of-run sweep kills every process of that uid).
 _UID_BASE = 1_000_000
 _MAX_SLOTS = 64
-ISOLATION_CHOICES = ("auto", "zygote", "bwrap", "none")
-INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: `sudo apt-get install bubblewrap`; Fedora/RHEL: "
-                "`sudo dnf install bubblewrap`), or opt out with `--isolation none` (generated programs then run "
-                "with your user's rights; every report records the run as unisolated)")
 _PROBE = {"mode": "asserts", "program": "import socket", "tests": "pass"}
-
-
-class IsolationUnavailable(RuntimeError):
-    """No isolating way to run programs works on this machine (and ``none`` was not chosen)."""
-
-
-class SandboxError(RuntimeError):
-    """The sandbox itself failed (not the program): the fork server could not be started or replaced."""
-
-
-def default_cache_root() -> Path:
-    """Where elfreg keeps its caches: ``ELFREG_CACHE_DIR``, else ``~/.cache/elfreg/eval``."""
-    return Path(os.environ.get("ELFREG_CACHE_DIR") or Path.home() / ".cache" / "elfreg" / "eval")
-
-
-def machine_memory() -> int:
-    """Bytes of physical memory of this machine."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def _size(n: int) -> str:
-    """``n`` bytes in the largest binary unit it reaches, e.g. ``4 GiB``."""
-    if n.bit_length() > 60:
-        return f"about 2^{n.bit_length() - 1} bytes"
-    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.3g} {unit}"
-    return f"{n} bytes"
-
-
-# Each limit's range: (lowest, highest, what the highest is). The lowest are what a program needs to start at all
-# (a Python interpreter does not start in 32 MiB of address space on every path); a memory above this machine's
-# limits nothing (the host runs out first), and the other highest are far past any benchmark's need.
-_RANGES = {
-    "memory_bytes": (64 << 20, machine_memory, "this machine's memory"),
-    "workdir_bytes": (1 << 20, machine_memory, "this machine's memory"),
-    "file_bytes": (1 << 20, lambda: 1 << 40, None),
-    "max_result_bytes": (1 << 20, lambda: 1 << 40, None),
-    "nproc": (1, lambda: 1 << 15, None),
-    "open_files": (16, lambda: 1 << 16, None),
-}
-
-
-@dataclass
-class SandboxConfig:
-    """Limits and isolation choice for sandboxed programs (spec §6)."""
-
-    memory_bytes: int = field(default_factory=lambda: min(4 << 30, machine_memory()))
-    file_bytes: int = 64 << 20
-    workdir_bytes: int = 256 << 20
-    nproc: int = 64
-    # Few descriptors: each can pin a pipe's or socket's buffers outside the address space.
-    open_files: int = 64
-    max_result_bytes: int = 256 << 20
-    isolation: str = "auto"  # one of ISOLATION_CHOICES
-    # The bubblewrap executable (name on PATH or path); ELFREG_BWRAP overrides, e.g. to test a machine without it.
-    bwrap: str = field(default_factory=lambda: os.environ.get("ELFREG_BWRAP", "bwrap"))
-    # The base interpreter (a virtual environment's launcher is resolved to it): a venv may live under /tmp, which
-    # every sandboxed program gets as a fresh tmpfs; the runner and the programs need the standard library only.
-    python: str = field(default_factory=lambda: getattr(sys, "_base_executable", sys.executable))
-    # Host paths never visible inside (besides every elfreg installation and cache, always hidden): e.g. a
-    # --data file or --cache-dir that lies inside what the sandbox binds.
-    hide: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        for name, (low, high, what) in _RANGES.items():
-            value, top = getattr(self, name), high()
-            whole = isinstance(value, int) and not isinstance(value, bool)
-            if not (whole and low <= value <= top):
-                show = _size if name.endswith("_bytes") else str
-                got = show(value) if whole and value >= 0 else repr(value)
-                raise ValueError(f"SandboxConfig.{name} must be an integer between {show(low)} and {show(top)}"
-                                 f"{f' ({what})' if what else ''}, got {got}")
-        if self.isolation not in ISOLATION_CHOICES:
-            raise ValueError(f"SandboxConfig.isolation must be one of {'|'.join(ISOLATION_CHOICES)}, "
-                             f"got {self.isolation!r}")
-        self.python = os.path.realpath(self.python)
-        self.hide = tuple(str(p) for p in self.hide)
-
-
-@dataclass
-class Isolation:
-    """What the sandbox actually provides on this machine (recorded in every report)."""
-
-    kind: str  # "bwrap" or "none" (rlimits only: unisolated)
-    uid_drop: bool
-    netns: bool
-    reason: str = ""
-    fork_server: bool = False  # bwrap fork server (zygote) instead of a fresh interpreter per program
-
-    pidns: bool = False
-    memcg: str = ""  # the memory cgroups in use ("cgroup v1", "cgroup v2"), or "" (rlimits and seccomp only)
-
-    @property
-    def isolated(self) -> bool:
-        """Whether programs run isolated (bubblewrap); ``False`` is the explicit ``--isolation none``."""
-        return self.kind == "bwrap"
-
-    def describe(self) -> str:
-        """One line for reports, e.g. ``bwrap+zygote+uid-drop`` or ``UNISOLATED none+rlimits+...``."""
-        parts = ([self.kind] + (["zygote"] if self.fork_server else []) + (["rlimits"] if not self.isolated else [])
-                 + (["uid-drop"] if self.uid_drop else [])
-                 + (["netns"] if self.netns and self.kind != "bwrap" else [])
-                 + (["pidns"] if self.pidns and self.kind != "bwrap" else []) + (["memcg"] if self.memcg else []))
-        return ("" if self.isolated else "UNISOLATED ") + "+".join(parts) + (f" ({self.reason})" if self.reason else "")
-
-
-@dataclass
-class RunResult:
-    """Everything the harness learned from one sandboxed run."""
-
-    stream: RecordStream  # the checked records, their arrival times, and a protocol violation if any
-    timed_out: bool = False
-    overflow: bool = False
-    returncode: int | None = None
-    wall_s: float = 0.0
-    stderr: str = ""
-    killed: str = ""  # why the sandbox killed the program, when it did (its memory): the run fails with this
-
-    @property
-    def records(self) -> list[dict]:
-        return self.stream.records
-
-
-def elfreg_paths(import_path: tuple[str, ...]) -> list[str]:
-    """Every file or folder of an elfreg installation on ``import_path`` (package, metadata, editable hooks), plus
-    the package this process imported and elfreg's caches: none of it may be visible in the sandbox."""
-    import elfreg
-
-    found = {os.path.realpath(Path(elfreg.__file__).parent), os.path.realpath(default_cache_root()),
-             os.path.realpath(Path.home() / ".cache" / "elfreg")}
-    if os.environ.get("ELFREG_DATA_DIR"):
-        found.add(os.path.realpath(os.environ["ELFREG_DATA_DIR"]))
-    for entry in import_path:
-        try:
-            names = os.listdir(entry)
-        except OSError:
-            continue
-        for name in names:
-            low = name.lower()
-            if low == "elfreg" or low.startswith(("elfreg-", "elfreg.", "__editable__.elfreg", "__editable___elfreg")):
-                found.add(os.path.realpath(os.path.join(entry, name)))
-    return sorted(found)
 
 
 class Sandbox:
@@ -276,58 +134,16 @@ class Sandbox:
         self.close()
 
     # ------------------------------------------------------------------ what the sandbox sees
-    def hidden_paths(self) -> list[str]:
-        """Host paths inside the bound folders that the sandbox covers with an empty, read-only folder or file:
-        every elfreg installation and cache there, and ``SandboxConfig.hide``."""
-        layout = interpreter_layout(self.config.python)
-        wanted = elfreg_paths(layout.import_path) + [os.path.realpath(p) for p in self.config.hide]
-        return sorted({p for p in wanted if os.path.exists(p) and any(inside(p, r) for r in layout.folders)})
-
     def _bwrap_argv(self, uid_drop: bool, die_with_parent: bool = True) -> list[str]:
         """The bwrap command line (namespaces, the allow-list's mounts, the environment), built once per kind."""
         key = (uid_drop, die_with_parent)
         if key not in self._argv:
-            self._argv[key] = self._build_bwrap_argv(uid_drop, die_with_parent)
+            self._argv[key] = bwrap_argv(self.config, self._bwrap_exe, self._root, die_with_parent)
         return list(self._argv[key])
 
-    def _build_bwrap_argv(self, uid_drop: bool, die_with_parent: bool) -> list[str]:
-        argv = [self._bwrap_exe or "bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-                "--new-session"]
-        if die_with_parent:
-            argv.append("--die-with-parent")
-        if not self._root:
-            argv.append("--unshare-user")
-        # The allow-list (layout.py). bwrap would create missing parents as 0700 root dirs; the unprivileged uid
-        # must traverse them.
-        for step in interpreter_layout(self.config.python).binds():
-            if step[0] == "dir":
-                argv += ["--perms", "0755", "--dir", step[1]]
-            elif step[0] == "symlink":
-                argv += ["--symlink", step[1], step[2]]
-            elif step[0] == "bind":
-                argv += ["--ro-bind", step[1], step[1]]
-            else:  # a site folder inside the standard library's: an empty read-only folder over it
-                argv += ["--perms", "0555", "--tmpfs", step[1], "--remount-ro", step[1]]
-        for path in self.hidden_paths():  # an empty read-only folder (or /dev/null) over each
-            if os.path.isdir(path):
-                argv += ["--perms", "0555", "--tmpfs", path, "--remount-ro", path]
-            else:
-                argv += ["--ro-bind", "/dev/null", path]
-        # /dev read-only: no file in /dev/shm or in bwrap's /dev tmpfs (unbounded, outside every limit)
-        argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
-                 "--size", str(self.config.workdir_bytes), "--perms", "01777", "--tmpfs", "/tmp",
-                 "--size", str(self.config.workdir_bytes), "--perms", "01777", "--tmpfs", "/sandbox",
-                 # the root (bwrap's own tmpfs, of no size limit, holding the folders made above) read-only too:
-                 # without a uid drop the program owns those folders
-                 "--remount-ro", "/", "--chdir", "/sandbox", "--clearenv"]
-        for k, v in self._env("/sandbox").items():
-            argv += ["--setenv", k, v]
-        return argv
-
-    @staticmethod
-    def _env(home: str) -> dict[str, str]:
-        return {"HOME": home, "TMPDIR": home, "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
-                "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    def hidden_paths(self) -> list[str]:
+        """Host paths inside the bound folders that the sandbox covers (``bwrap.hidden_paths``)."""
+        return hidden_paths(self.config)
 
     # ------------------------------------------------------------------ probing
     def _probe(self) -> Isolation:
@@ -371,7 +187,7 @@ class Sandbox:
                                        f"To score code, {todo}.")
         uid_drop = self._root and all(os.stat(a).st_mode & 0o001 for a in
                                       ancestors(self.config.python))
-        self._unshare = self._unshare_prefix()
+        self._unshare = unshare_prefix(self._root)
         reason = "isolation=none requested"
         if self._root and not uid_drop:
             reason += "; interpreter not reachable by an unprivileged uid, so no uid drop (no fork-bomb limit)"
@@ -382,25 +198,6 @@ class Sandbox:
     def _python(self) -> list[str]:
         """The sandboxed interpreter's command: isolated mode, no site folders (layout.py)."""
         return [self.config.python, "-I", "-S"]
-
-    def _unshare_prefix(self) -> list[str]:
-        """The unisolated start: ``setpriv --pdeathsig KILL`` (it dies with the harness thread that started it)
-        and ``unshare`` with the flags that work here: new network and PID namespaces (a program then cannot name,
-        so cannot signal, the harness; ``--kill-child`` ends the namespace with ``unshare``), else the network
-        only, else none."""
-        prefix = []
-        setpriv = shutil.which("setpriv")
-        if setpriv and subprocess.run([setpriv, "--pdeathsig", "KILL", "true"], capture_output=True).returncode == 0:
-            prefix = [setpriv, "--pdeathsig", "KILL"]
-        exe = shutil.which("unshare")
-        if exe is None:
-            return prefix
-        user = [] if self._root else ["-r"]
-        for flags in (["-n", "-p", "-f", "--kill-child", "--mount-proc"], ["-n", "-p", "-f", "--mount-proc"], ["-n"]):
-            argv = [*prefix, exe, *user, *flags]
-            if subprocess.run(argv + ["true"], capture_output=True).returncode == 0:
-                return argv
-        return prefix
 
     # ------------------------------------------------------------------ running
     def _nproc_limit(self) -> int:
@@ -456,7 +253,7 @@ class Sandbox:
     def _memory_killed(self, res: RunResult, slot: int, before: int) -> None:
         """Fail ``res`` if the kernel killed a process of its slot's cgroup for want of memory since ``before``."""
         if self._oom_kills(slot) > before:
-            res.killed = (f"killed: its processes used more than the memory limit ({_size(self.config.memory_bytes)}"
+            res.killed = (f"killed: its processes used more than the memory limit ({size_text(self.config.memory_bytes)}"
                           ", memfd, shared memory and tmpfs files included)")
 
     def _zygote_for(self, slot: int) -> Zygote:
@@ -502,7 +299,7 @@ class Sandbox:
                         z = self._zygote_for(slot)
                     except ZygoteError as e:
                         raise SandboxError(f"the fork server could not be started: {e}") from None
-                    r_fd, w_fd = _result_pipe()
+                    r_fd, w_fd = result_pipe()
                     self._track(r_fd, w_fd)
                     ooms = self._oom_kills(slot)
                     t0 = time.monotonic()
@@ -520,7 +317,7 @@ class Sandbox:
             finally:
                 self._release(mem)
             try:
-                res = self._collect(r_fd, t0, deadline_s, stream)
+                res = collect(r_fd, t0, deadline_s, stream, self.config.max_result_bytes, self._release)
             finally:  # the server waits for this end of the run, whatever happened here
                 try:
                     reply = z.finish()
@@ -553,7 +350,7 @@ class Sandbox:
                 if uid is not None:
                     os.chown(workdir, uid, uid)
                 os.chmod(workdir, 0o700)
-                argv, cwd, env = prefix + self._unshare + py, workdir, self._env(workdir)
+                argv, cwd, env = prefix + self._unshare + py, workdir, sandbox_env(workdir)
             ooms = self._oom_kills(slot)
             res = self._communicate(argv, cwd, env, payload, deadline_s, stream, uid)
             self._memory_killed(res, slot, ooms)
@@ -564,7 +361,7 @@ class Sandbox:
             self._slots.put(slot)
 
     def _communicate(self, argv, cwd, env, payload, deadline_s, stream, uid) -> RunResult:
-        r_fd, w_fd = _result_pipe()
+        r_fd, w_fd = result_pipe()
         self._track(r_fd, w_fd)
         os.set_inheritable(w_fd, True)
         t0 = time.monotonic()
@@ -585,7 +382,7 @@ class Sandbox:
                 proc.stdin.close()
             except BrokenPipeError:
                 pass
-            res = self._collect(r_fd, t0, deadline_s, stream)
+            res = collect(r_fd, t0, deadline_s, stream, self.config.max_result_bytes, self._release)
         finally:
             self._kill(proc, uid)
             res.wall_s = time.monotonic() - t0
@@ -595,57 +392,6 @@ class Sandbox:
             except Exception:  # noqa: BLE001 - diagnostics only
                 res.stderr = ""
             proc.stderr.close()
-        return res
-
-    def _collect(self, r_fd: int, t0: float, deadline_s: float, stream: RecordStream) -> RunResult:
-        """Feed result lines to ``stream`` (closing the pipe) until it stops, EOF, overflow or a deadline: the run's
-        ``deadline_s`` or the stream's own (:meth:`RecordStream.due`), both on the harness's clock.
-
-        A deadline is judged at a moment ``looked`` and only after everything in the pipe then has been read and
-        fed: a harness that looks late (busy with another sample's comparison, which holds the GIL) may accept a
-        late record, but never times out one written in time; the pipe holds a whole record (where the kernel
-        lets it grow, :func:`_result_pipe`), so a program never waits for a busy harness either."""
-        res = RunResult(stream)
-        stream.started = t0
-
-        def next_due() -> float:
-            due = stream.due()
-            return t0 + deadline_s if due is None else min(t0 + deadline_s, due)
-
-        try:
-            os.set_blocking(r_fd, False)
-            capacity = _pipe_capacity(r_fd)
-            buf, total = bytearray(), 0  # the record being written (no newline yet)
-            while True:
-                select.select([r_fd], [], [], max(0.0, next_due() - time.monotonic()))
-                looked = time.monotonic()
-                chunks, eof = _drain(r_fd, capacity)  # at least what the pipe held at `looked`
-                data = b"".join(chunks)
-                total += len(data)
-                if total > self.config.max_result_bytes:
-                    res.overflow = True
-                    stream.violate(f"the program wrote more than {self.config.max_result_bytes:,} bytes of "
-                                   "results")
-                    break
-                if b"\n" in data:  # a record's bytes are copied once more when it completes: linear in all
-                    now = time.monotonic()
-                    lines = (bytes(buf) + data).split(b"\n")
-                    buf = bytearray(lines.pop())
-                    if any(stream.feed(line, now) for line in lines):
-                        break
-                else:
-                    buf += data  # a long record arrives in many small pieces: no copy of what came before
-                if len(buf) > MAX_RECORD_BYTES:
-                    stream.violate(f"result record {len(stream.records) + 1} is malformed: it is longer than "
-                                   f"{MAX_RECORD_BYTES:,} bytes")
-                    break
-                if eof:
-                    break
-                if looked >= next_due():  # also when bytes keep coming but no record completes
-                    res.timed_out = True
-                    break
-        finally:
-            self._release(r_fd)
         return res
 
     @staticmethod
@@ -669,51 +415,9 @@ class Sandbox:
             os.waitpid(pid, 0)
 
 
-def _result_pipe() -> tuple[int, int]:
-    """A pipe for result records, grown to hold a whole record (``MAX_RECORD_BYTES``) where the kernel allows it
-    (``CAP_SYS_RESOURCE``; else up to ``/proc/sys/fs/pipe-max-size``, usually 1 MiB), so a program that wrote its
-    record in time never waits on a harness that reads late."""
-    r_fd, w_fd = os.pipe()
-    for size in (MAX_RECORD_BYTES, _PIPE_MAX_SIZE):
-        try:
-            fcntl.fcntl(r_fd, fcntl.F_SETPIPE_SZ, size)
-            break
-        except OSError:
-            continue
-    return r_fd, w_fd
-
-
-def _read_pipe_max() -> int:
-    try:
-        return int(Path("/proc/sys/fs/pipe-max-size").read_text())
-    except (OSError, ValueError):
-        return 1 << 16
-
-
-_PIPE_MAX_SIZE = _read_pipe_max()
-
-
-def _pipe_capacity(fd: int) -> int:
-    try:
-        return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
-    except OSError:
-        return 1 << 16
-
-
-def _drain(fd: int, at_least: int) -> tuple[list[bytes], bool]:
-    """Read a non-blocking pipe until it is empty or ``at_least`` bytes came (all it held when called);
-    ``(chunks, eof)``."""
-    chunks, n = [], 0
-    while n < at_least:
-        try:
-            chunk = os.read(fd, 1 << 20)
-        except BlockingIOError:
-            return chunks, False
-        if not chunk:
-            return chunks, True
-        chunks.append(chunk)
-        n += len(chunk)
-    return chunks, False
+# names this module held before the settings and command lines moved out, and no longer uses
+__getattr__ = moved(__name__, {"ISOLATION_CHOICES": "elfreg.sandbox.config",
+                               "default_cache_root": "elfreg.sandbox.config", "elfreg_paths": "elfreg.sandbox.bwrap"})
 
 
 def _close_all(zygotes: dict, memcg: MemoryCgroups | None = None) -> None:

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     from elfreg.configtools import ConfigError, to_dict
     from elfreg.train.config import load_run_config
     from elfreg.train.plan import format_plan
-    from elfreg.train.trainer import TrainingDiverged, plan_run, train
+    from elfreg.train.setup import plan_run
+    from elfreg.train.trainer import TrainingDiverged, train
 
     try:
         cfg = load_run_config(args.config, args.overrides + (["train.progress=false"] if args.no_progress else []))

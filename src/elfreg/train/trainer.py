@@ -3,12 +3,14 @@
 Every example's draws come from a generator seeded by (seed, epoch, global index) and every loss term is divided
 by its count over the whole global batch (all ranks, all micro-batches), so a run's weights do not depend on the
 world size or the accumulation split (up to float reduction order).
+
+Before the first step, the run's data, plan and backbones are :mod:`.setup`'s; its checkpoints, written and read
+back, :mod:`.checkpointing`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import math
 import time
@@ -17,7 +19,6 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from torch import Tensor
 
 from elfreg import precision
 from elfreg.atomic import atomic_write_text
@@ -26,18 +27,21 @@ from elfreg.data.templates import prompt_template
 from elfreg.fingerprint import move_aside
 from elfreg.hub import ElfModel, check_shapes
 from elfreg.jsontext import dumps
+from elfreg.moved import moved
 from elfreg.objective import draw, loss_counts
 from elfreg.precision import Precision
 from elfreg.resources import check_fits, training_need
 from elfreg.stats import FeatureStats
 from elfreg.train import checkpoint as ck
+from elfreg.train.checkpointing import Checkpointing, full_tensor
 from elfreg.train.config import RunConfig
 from elfreg.train.dist import DistInfo, all_reduce_sum, barrier, init_distributed, resolve_device, wrap
 from elfreg.train.features import CachedFeatures, StatsAccumulator, paper_token_mask, standardize_batch
 from elfreg.train.metrics import MetricsLog
 from elfreg.train.optim import EMA, build_optimizers, lr_at
-from elfreg.train.plan import TrainPlan, check_init, check_overflow, count_lengths, init_source, make_plan
+from elfreg.train.plan import TrainPlan, check_init, check_overflow, init_source
 from elfreg.train.rng import example_generators
+from elfreg.train.setup import check_backbones, count_rows, match_backbones, need_teacher, plan_from_counts, run_stream
 
 SUM_TERMS = ("loss", "loss_elf", "loss_repa", "loss_reg")  # global-count contributions: summed
 MEAN_TERMS = ("l2", "ce", "decoder_frac")  # per-batch diagnostics: averaged
@@ -57,93 +61,7 @@ class TrainResult:
     summary: dict = field(default_factory=dict)  # also written as summary.json: steps, epochs, tokens, overflow
 
 
-def run_stream(cfg: RunConfig, rank: int = 0, world: int = 1, epochs: int | None | str = "cfg"):
-    """The run's ExampleStream (``{shared}`` in a path is $ELFREG_SHARED, else ../shared)."""
-    import os
-
-    from elfreg.data import ExampleStream
-
-    d = cfg.data
-    if not d.sources:
-        raise ValueError("data.sources is empty: name at least one source, e.g. \"data.sources=[{name: mine, task: "
-                         "math, path: mydata.jsonl, format: jsonl, columns: {prompt: question, response: answer}}]\" "
-                         "(docs/training.md, \"Train on your JSONL\"; docs/data.md)")
-    specs = d.source_specs(os.environ.get("ELFREG_SHARED") or str(Path.cwd().parent / "shared"))
-    return ExampleStream(specs, cfg.train.seed, d.shuffle_buffer, d.epochs if epochs == "cfg" else epochs, rank, world)
-
-
-def count_rows(cfg: RunConfig, tokenizer) -> dict:
-    """One pass over the run's data (one epoch, no shuffle buffer): the token counts the plan needs."""
-    d = cfg.data
-    stream = run_stream(dataclasses.replace(cfg, data=dataclasses.replace(d, shuffle_buffer=1)), epochs=1)
-    lengths = count_lengths(stream, d.task, tokenizer, cfg.canvas.add_special_tokens, d.on_bad_row)
-    return lengths.counts(cfg.model.max_len, cfg.model.max_prompt_len)
-
-
-def plan_from_counts(cfg: RunConfig, counts: dict) -> TrainPlan:
-    """make_plan from count_rows' (or a feature cache's) counts."""
-    plan = make_plan(cfg, rows=counts["rows"], overflow=tuple(counts["overflow"]),
-                     tokens_per_epoch=counts["tokens_per_epoch"], max_tokens=counts["max_tokens"], fit=counts.get("fit"))
-    plan.rows_read, plan.bad_rows = counts.get("rows_read", plan.rows_read), counts.get("bad_rows", 0)
-    return plan
-
-
-def plan_run(cfg: RunConfig, tokenizer=None) -> TrainPlan:
-    """The plan of a run without training (``elfreg train --dry-run``): only the tokenizer is loaded."""
-    if tokenizer is None:
-        from elfreg.backbones import load_tokenizer
-        from elfreg.train.plan import check_sources
-
-        b = cfg.backbones
-        offline = check_sources(cfg)  # an unreachable hub fails here, naming each source, not after ~40 s of retries
-        tokenizer = load_tokenizer(b.encoder, b.encoder_gguf_file, b.revision, local_files_only=offline)
-    return plan_from_counts(cfg, count_rows(cfg, tokenizer))
-
-
-def _full(t: Tensor) -> Tensor:
-    return t.full_tensor() if hasattr(t, "full_tensor") else t
-
-
-def _assign(dst: Tensor, full: Tensor) -> None:
-    """Copy a full tensor into a plain or FSDP-sharded (DTensor) destination."""
-    if hasattr(dst, "device_mesh"):
-        from torch.distributed.tensor import distribute_tensor
-
-        full = distribute_tensor(full.to(dst.dtype), dst.device_mesh, dst.placements)
-    dst.copy_(full.to(dst.device) if not hasattr(full, "device_mesh") else full)
-
-
-def match_backbones(cfg: RunConfig, backbones) -> RunConfig:
-    """Set model widths and vocab size from the loaded backbones (train.match_backbones)."""
-    m = cfg.model
-    changes = dict(feature_dim=backbones.feature_dim, vocab_size=len(backbones.tokenizer))
-    if backbones.teacher_dim is not None:
-        changes.update(teacher_dim=backbones.teacher_dim, reg_dim=backbones.teacher_dim)
-    return dataclasses.replace(cfg, model=dataclasses.replace(m, **changes))
-
-
-def check_backbones(cfg: RunConfig, backbones) -> None:
-    """Model widths must equal the backbones' (errors name the field)."""
-    from elfreg.configtools import check
-
-    check(cfg.model.feature_dim == backbones.feature_dim, "model.feature_dim",
-          f"{cfg.model.feature_dim} != encoder width {backbones.feature_dim}")
-    check(cfg.model.vocab_size >= len(backbones.tokenizer), "model.vocab_size",
-          f"{cfg.model.vocab_size} < len(tokenizer) = {len(backbones.tokenizer)}")
-    if backbones.teacher_dim is not None and cfg.model.repa:
-        check(cfg.model.teacher_dim == backbones.teacher_dim, "model.teacher_dim",
-              f"{cfg.model.teacher_dim} != teacher width {backbones.teacher_dim}")
-    if backbones.teacher_dim is not None and cfg.model.extra_token == "reg":
-        check(cfg.model.reg_dim == backbones.teacher_dim, "model.reg_dim",
-              f"{cfg.model.reg_dim} != teacher width {backbones.teacher_dim}")
-
-
-def need_teacher(cfg: RunConfig) -> bool:
-    return cfg.backbones.teacher is not None and (cfg.objective.use_repa or cfg.objective.use_reg
-                                                  or cfg.model.extra_token == "reg")
-
-
-class Trainer:
+class Trainer(Checkpointing):
     """One training run in ``output``; see ``train``."""
 
     def __init__(self, cfg: RunConfig, output: str | Path, resume: str = "auto", backbones=None,
@@ -345,45 +263,6 @@ class Trainer:
             choice = box[0]
         return choice
 
-    def _assign_ema(self, ema_full: dict[str, Tensor]) -> None:
-        with torch.no_grad():
-            for n, v in self.ema.shadow.items():
-                _assign(v, ema_full[n])
-
-    def _load_train_state(self, ema_full: dict[str, Tensor]) -> None:
-        self._assign_ema(ema_full)
-        world = self.state.get("world_size", 1)
-        if world != self.info.world_size:
-            raise ValueError(f"{self.resume_from} was written by {world} processes; resume with the same world size "
-                             f"(this run has {self.info.world_size})")
-        self._load_optimizer(self.resume_from, "resume")
-        self.batches.load_state_dict(self.state["data"][self.info.rank])
-        ck.set_rng_state(self.state["rng"])
-
-    def _load_optimizer(self, d: Path, why: str) -> None:
-        """The optimiser state of checkpoint ``d`` (FSDP: this rank's shard, which needs the world size it was
-        written with)."""
-        meta = json.loads((d / "optimizer.json").read_text())
-        fsdp = self.cfg.train.parallel == "fsdp"
-        if fsdp:
-            world = json.loads((d / "train_state.json").read_text()).get("world_size", 1)
-            if world != self.info.world_size:
-                raise ValueError(f"{why}: {d} holds FSDP optimiser shards of {world} processes; this run has "
-                                 f"{self.info.world_size} (use that many, or train.init_optimizer=fresh)")
-        name = f"optimizer-rank{self.info.rank}.safetensors" if fsdp else "optimizer.safetensors"
-        state = ck.unflatten_optimizer(ck.load_tensors(d / name), meta)
-        for key, opt in self.optim.optimizers.items():  # FSDP: local shards back into DTensors
-            params = [p for g in opt.param_groups for p in g["params"]]
-            for idx, st in state[key]["state"].items():
-                p = params[idx]
-                if hasattr(p, "device_mesh"):
-                    from torch.distributed.tensor import DTensor
-
-                    for k, v in st.items():
-                        if isinstance(v, Tensor) and v.shape == p.to_local().shape and v.ndim > 0:
-                            st[k] = DTensor.from_local(v.to(p.device), p.device_mesh, p.placements)
-        self.optim.load_state_dict(state)
-
     # -- one optimiser step ---------------------------------------------------------------------------------------
     def _autocast(self):
         return self.precision.autocast(self.device.type)
@@ -451,7 +330,7 @@ class Trainer:
         t2 = time.perf_counter()
         metrics = {k: float(sums[i]) for i, k in enumerate(SUM_TERMS + MEAN_TERMS)}
         tokens = int(tokens_t)
-        metrics.update(lr=lr_at(step, cfg.train, self.warmup_steps, self.total_steps), grad_norm=float(_full(grad_norm)),
+        metrics.update(lr=lr_at(step, cfg.train, self.warmup_steps, self.total_steps), grad_norm=float(full_tensor(grad_norm)),
                        time_features=t1 - t0, time_update=t2 - t1, tokens=tokens,
                        canvas_tokens=cfg.train.batch_size * cfg.train.grad_accum * micro[0][0].x.shape[1])
         return metrics
@@ -482,66 +361,6 @@ class Trainer:
         """The run's skipped share against canvas.max_overflow_fraction, once enough rows were read."""
         if progress["overflow_rows_read"] >= self.cfg.canvas.overflow_check_rows:
             check_overflow(self.cfg, progress["overflow_skipped"], progress["overflow_rows_read"])
-
-    def card_training(self, step: int) -> dict:
-        """How the model was trained up to ``step``, for its model card (elfreg.card.training_record); collective
-        under torch.distributed (``progress``)."""
-        from elfreg.card import training_record
-
-        losses = [h["loss"] for h in getattr(self, "_history", [])]
-        return training_record(to_dict(self.cfg), step, {"planned_steps": self.total_steps, **self.progress(step)},
-                               losses, self.info.world_size)
-
-    # -- checkpoints ----------------------------------------------------------------------------------------------
-    def save(self, step: int) -> Path | None:
-        """Write ckpt-<step> (collective under FSDP; the main rank writes)."""
-        info = self.info
-        weights = {k: _full(v).detach().cpu() for k, v in self.student.state_dict().items()}
-        ema = {k: _full(v).detach().cpu() for k, v in self.ema.shadow.items()}
-        opt_tensors, opt_meta = ck.flatten_optimizer(self.optim.state_dict())
-        data_states = [self.batches.state_dict()]
-        if info.enabled:
-            import torch.distributed as dist
-
-            data_states = [None] * info.world_size
-            dist.all_gather_object(data_states, self.batches.state_dict())
-        shard_dir = self.output / ".optim-shards"
-        if self.cfg.train.parallel == "fsdp" and info.enabled:
-            ck.save_tensors(shard_dir / f"optimizer-rank{info.rank}.safetensors", opt_tensors)
-        barrier(info)
-        path = None
-        training = self.card_training(step)   # collective (progress sums the overflow counts over ranks)
-        if info.is_main:
-            dtype = next(iter(self.student.state_dict().values())).dtype
-            state = {"step": step, "world_size": info.world_size, "data": data_states, "rng": ck.rng_state(),
-                     "tokens": int(self.state.get("tokens", 0))}
-
-            def write_model(folder: Path) -> None:
-                self.elf.save_pretrained(folder, {k: v.to(dtype) for k, v in ema.items()}, training=training)
-
-            def write_opt(p: Path) -> None:
-                if self.cfg.train.parallel == "fsdp" and info.enabled:
-                    for r in range(info.world_size):
-                        name = f"optimizer-rank{r}.safetensors"
-                        (shard_dir / name).replace(p.parent / name)
-                else:
-                    ck.save_tensors(p, opt_tensors)
-
-            files = {
-                "model": write_model,
-                "weights.safetensors": lambda p: ck.save_tensors(p, weights),
-                "optimizer.safetensors": write_opt,
-                "optimizer.json": lambda p: atomic_write_text(p, json.dumps(opt_meta)),
-                "train_state.json": lambda p: atomic_write_text(p, json.dumps(state)),
-                "config.yaml": lambda p: dump_yaml(self.cfg, p),
-            }
-            protect = set(self.epoch_steps.values())
-            path = ck.write_checkpoint(self.output, step, files, self.cfg.train.keep_last, protect)
-            for key, s in self.epoch_steps.items():
-                if s == step:
-                    ck.link_epoch(self.output, key, path)
-        barrier(info)
-        return path
 
     # -- the run --------------------------------------------------------------------------------------------------
     def run(self) -> TrainResult:
@@ -579,7 +398,7 @@ class Trainer:
             log.close()
         model_dir = None
         dtype = next(iter(self.student.state_dict().values())).dtype
-        ema = {k: _full(v).detach().cpu().to(dtype) for k, v in self.ema.shadow.items()}  # collective under FSDP
+        ema = {k: full_tensor(v).detach().cpu().to(dtype) for k, v in self.ema.shadow.items()}  # collective under FSDP
         summary = {"steps": step, "planned_steps": total, **self.progress(step), **self.precision.record(),
                    "epoch_checkpoints": {k: s for k, s in self.epoch_steps.items() if s <= step},
                    "plan": json.loads(self.plan.to_json()) if self.plan is not None else None}
@@ -600,3 +419,8 @@ def train(cfg: RunConfig, output: str | Path, resume: str = "auto", backbones=No
     Resuming refuses a config that differs from the checkpoint's (elfreg.train.checkpoint.check_resume);
     ``restart``: move an existing ``output`` aside first (``<name>.replaced-<UTC time>``) and start over."""
     return Trainer(cfg, output, resume, backbones, dataset, hooks, restart).run()
+
+
+# names this module held before the run's setup and checkpoints moved to modules of their own
+__getattr__ = moved(__name__, {"plan_run": "elfreg.train.setup", "_full": "elfreg.train.checkpointing:full_tensor",
+                               "_assign": "elfreg.train.checkpointing:assign_full"})

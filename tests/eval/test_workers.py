@@ -1,4 +1,4 @@
-"""The text pool (elfreg.eval.textpool): results in completion order; a task that overruns, raises, exhausts its
+"""The pool of killable workers (elfreg.eval.workers): results in completion order; a task that overruns, raises, exhausts its
 memory or kills its worker is that task's error, and the pool goes on with a fresh worker; no worker outlives the
 main process; a task's clock starts when its worker starts it."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from elfreg.eval.textpool import Outcome, TextPool
+from elfreg.eval.workers import Outcome, KillablePool
 
 
 def _work(kind: str) -> str:
@@ -38,7 +38,7 @@ def _work(kind: str) -> str:
 def test_overrun_error_and_dead_worker_are_that_task_s_outcome_only():
     kinds = ["loop", "slow", "deep", "exit", "ok", "ok2"]
     t0 = time.monotonic()
-    with TextPool({"work": _work}, workers=2, limit_s=3) as pool:
+    with KillablePool({"work": _work}, workers=2, limit_s=3) as pool:
         got = list(pool.run((k, "testing", "work", (k,)) for k in kinds))
     assert time.monotonic() - t0 < 20
     assert dict(got) == {"loop": Outcome(error="time limit in testing (3 s)"), "slow": Outcome("SLOW"),
@@ -51,14 +51,14 @@ def test_overrun_error_and_dead_worker_are_that_task_s_outcome_only():
 
 def test_the_limits_must_be_positive():
     with pytest.raises(ValueError, match="time limit must be > 0"):
-        TextPool({"work": _work}, workers=1, limit_s=0)
+        KillablePool({"work": _work}, workers=1, limit_s=0)
     with pytest.raises(ValueError, match="memory limit must be > 0"):
-        TextPool({"work": _work}, workers=1, limit_s=1, memory_bytes=0)
+        KillablePool({"work": _work}, workers=1, limit_s=1, memory_bytes=0)
 
 
 @pytest.mark.timeout(60)
 def test_a_worker_past_its_memory_limit_is_that_task_s_error_and_is_replaced():
-    with TextPool({"work": _work}, workers=1, limit_s=30, memory_bytes=256 << 20) as pool:
+    with KillablePool({"work": _work}, workers=1, limit_s=30, memory_bytes=256 << 20) as pool:
         first = pool.pids[0]
         got = list(pool.run((k, "testing", "work", (k.rstrip("23"),))
                             for k in ["ok", "hog", "ok2", "swallow", "ok3"]))
@@ -98,7 +98,7 @@ def test_no_worker_start_up_is_charged_to_a_sample():
     # slow samples alternating with quick ones, limit 0.5 s: every replacement worker inherits the warm-up done
     # here, so each quick sample keeps its answer (before: each paid the 0.8 s first call and was over the limit)
     tasks = [(f"{k}{i}", "t", "lazy", (k,)) for i in range(3) for k in ("slow", "quick")]
-    with TextPool({"lazy": _lazy, "echo": lambda x: x}, workers=1, limit_s=0.5,
+    with KillablePool({"lazy": _lazy, "echo": lambda x: x}, workers=1, limit_s=0.5,
                   warm_up=lambda: _lazy("warm")) as pool:
         got = dict(pool.run(tasks + [("received", "t", "echo", (_SlowToReceive(),))]))
     assert _LOADED == [True]  # the warm-up ran in this process
@@ -109,7 +109,7 @@ def test_no_worker_start_up_is_charged_to_a_sample():
 
 _ORPHAN_PARENT = textwrap.dedent("""
     import os, sys, time
-    from elfreg.eval.textpool import Outcome, TextPool
+    from elfreg.eval.workers import Outcome, KillablePool
 
     def work(kind):
         if kind == "busy":
@@ -117,7 +117,7 @@ _ORPHAN_PARENT = textwrap.dedent("""
         return kind
 
     results = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # as eval score's results.jsonl
-    pool = TextPool({"work": work}, workers=2, limit_s=900)
+    pool = KillablePool({"work": work}, workers=2, limit_s=900)
     run = pool.run([("busy", "t", "work", ("busy",)), ("idle", "t", "work", ("idle",))])
     assert next(run) == ("idle", Outcome("idle"))
     holder = os.fork()  # a later child holding every descriptor of the parent (as a sandbox fork server would)

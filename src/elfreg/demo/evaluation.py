@@ -1,0 +1,201 @@
+"""The demo's evaluation: test accuracy of a model for every (sampler, NFE, sampling seed) cell, and the accuracy
+curve a training run measures on its EMA weights as it goes."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import statistics
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from elfreg.atomic import append_line, atomic_write_text
+from elfreg.data.templates import apply_template
+from elfreg.demo.config import DemoConfig
+from elfreg.demo.prepare import task_module
+from elfreg.hub import ElfModel
+from elfreg.jsontext import dumps
+from elfreg.precision import Precision
+from elfreg.sampling.config import SamplerConfig
+from elfreg.sampling.pipeline import EncodedPrompts, GenerationPipeline
+from elfreg.train.metrics import read_metrics
+from elfreg.train.trainer import Trainer
+
+log = logging.getLogger(__name__)
+FP32 = Precision("fp32", "fp32")  # the demo samples in fp32, whatever its training precision
+
+
+def sample_texts(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: SamplerConfig,
+                 batch_size: int) -> tuple[list[str], list[float]]:
+    """Response texts and exit times of every encoded prompt (row i uses noise key (i, 0)); checks the NFE spent."""
+    return sample_texts_nfe(model, x, mask, scfg, batch_size)[:2]
+
+
+class EncodedRows:
+    """Prompt features encoded beforehand (``encode_test``), as the generation pipeline's prompt encoder: a batch's
+    "prompts" are the labels ``str(i)`` of rows ``i``, which it takes from them, so every cell samples from the same
+    features and nothing is encoded again. No prompt to check either: the demo's fit its canvas by construction."""
+
+    def __init__(self, x: torch.Tensor, mask: torch.Tensor) -> None:
+        self.x, self.mask = x, mask
+
+    def labels(self) -> list[str]:
+        """The prompt of each row, in order: what the pipeline generates from."""
+        return [str(i) for i in range(self.x.shape[0])]
+
+    def encode_prompts(self, labels: list[str]) -> EncodedPrompts:
+        """The rows the labels name, in their order (no prompt token ids: the pipeline reads none)."""
+        rows = torch.tensor([int(label) for label in labels], dtype=torch.long)
+        return EncodedPrompts(self.x.index_select(0, rows), self.mask.index_select(0, rows), [[] for _ in labels])
+
+
+def sample_texts_nfe(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: SamplerConfig,
+                     batch_size: int) -> tuple[list[str], list[float], list[int], list[bool | None]]:
+    """``sample_texts`` plus the NFE each row spent and whether its answer settled (adaptive exit, else None); the
+    adaptive exit rule watches the task's final answer. Through the generation pipeline, in fp32 without the batch
+    invariance scheme (the demo's numbers are those of its batches)."""
+    encoded = EncodedRows(x, mask)
+    pipe = GenerationPipeline(model.student, encoded, model.tokenizer, scfg, batch_size=min(batch_size, x.shape[0]),
+                              batch_invariant=False, precision=FP32)
+    records = list(pipe.generate(encoded.labels(), samples=1))
+    spent = [r["nfe_spent"] for r in records]
+    if scfg.sampler != "adaptive" and spent != [scfg.nfe] * len(records):
+        raise RuntimeError(f"sampler spent {spent} NFE, expected {scfg.nfe}")
+    return ([r["response"] for r in records], [r["exit_time"] for r in records], spent,
+            [r.get("settled") for r in records])
+
+
+def per_problem(texts: list[str], problems: list, task: ModuleType) -> tuple[list[int], list[int]]:
+    """(exact final answer, whole worked solution right) as 0/1 per problem of ``texts`` against their problems."""
+    return ([int(task.score(s, p)) for s, p in zip(texts, problems, strict=True)],
+            [int(task.chain_correct(s, p)) for s, p in zip(texts, problems, strict=True)])
+
+def accuracy(texts: list[str], problems: list, task: ModuleType) -> tuple[float, float]:
+    """(exact final answer, whole worked solution right) fractions of ``texts`` against their problems."""
+    right, chain_right = per_problem(texts, problems, task)
+    return sum(right) / len(problems), sum(chain_right) / len(problems)
+
+def sampler_config(model: ElfModel, cfg: DemoConfig, sampler_name: str, nfe: int, seed: int) -> SamplerConfig:
+    ev = cfg.eval
+    return SamplerConfig(sampler=sampler_name, nfe=nfe, rho=ev.rho, w=ev.w, sigma=model.config.objective.sigma,
+                         seed=seed, extract="final-line")
+
+CELL_LISTS = ("acc", "chain_acc", "correct", "exit_time", "seconds", "nfe_mean")
+
+def eval_cells(cfg: DemoConfig) -> list[tuple[str, int]]:
+    """(sampler, NFE) of every evaluated cell: each sampler at each NFE, then the adaptive exit at each max NFE."""
+    ev = cfg.eval
+    return [(s, n) for s in ev.samplers for n in ev.nfes] + [("adaptive", n) for n in ev.adaptive_nfes]
+
+def merge_evals(evals: dict[int, dict]) -> dict:
+    """One variant's evaluations of several training seeds {seed: evaluate(...)} as one set of cells.
+
+    A merged cell's lists (CELL_LISTS) run over (training seed, sampling seed) pairs, training seed outermost;
+    ``train_seed`` names each entry's training seed, for the paired claims.
+    """
+    seeds = list(evals)
+    first = evals[seeds[0]]
+    out = {"encoder_seconds": sum(e["encoder_seconds"] for e in evals.values()), "cells": []}
+    for i, c0 in enumerate(first["cells"]):
+        cell = {"sampler": c0["sampler"], "nfe": c0["nfe"], "train_seed": []}
+        for key in CELL_LISTS:
+            cell[key] = []
+        for s in seeds:
+            c = evals[s]["cells"][i]
+            if (c["sampler"], c["nfe"]) != (c0["sampler"], c0["nfe"]):
+                raise ValueError("evaluations of different training seeds have different cells")
+            for key in CELL_LISTS:
+                cell[key] += c[key]
+            cell["train_seed"] += [s] * len(c["acc"])
+        cell["examples"] = c0.get("examples", [])
+        cell["mean"] = statistics.fmean(cell["acc"])
+        cell["std"] = statistics.stdev(cell["acc"]) if len(cell["acc"]) > 1 else 0.0
+        out["cells"].append(cell)
+    return out
+
+def encode_test(model: ElfModel, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(features, mask, seconds) of the test prompts, through the model's encoder."""
+    t0 = time.perf_counter()
+    x, mask, _ = model.encode_prompts([apply_template(r, "math")[0] for r in rows], formatted=True)
+    return x, mask, time.perf_counter() - t0
+
+def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig, progress,
+             encoded: tuple[torch.Tensor, torch.Tensor, float]) -> dict:
+    """Accuracy of every (sampler, NFE, seed) on the test problems, from their prompts ``encode_test``-ed once."""
+    x, mask, encoder_s = encoded
+    ev, task = cfg.eval, task_module(cfg)
+    out: dict = {"encoder_seconds": encoder_s, "cells": []}
+    for sampler_name, nfe in eval_cells(cfg):
+        cell = {"sampler": sampler_name, "nfe": nfe, **{key: [] for key in CELL_LISTS}}
+        for seed in ev.seeds:
+            t1 = time.perf_counter()
+            texts, exits, spent, _ = sample_texts_nfe(model, x, mask,
+                                                      sampler_config(model, cfg, sampler_name, nfe, seed), ev.batch_size)
+            cell["seconds"].append(time.perf_counter() - t1)
+            right, chain_right = per_problem(texts, problems, task)
+            cell["acc"].append(sum(right) / len(problems))
+            cell["chain_acc"].append(sum(chain_right) / len(problems))
+            cell["correct"].append(right)  # per problem, for the paired comparisons of the report
+            cell["exit_time"].append(statistics.fmean(exits))
+            cell["nfe_mean"].append(statistics.fmean(spent))  # NFE per sample (adaptive: check decodes included)
+            if seed == ev.seeds[0]:
+                cell["examples"] = [{"prompt": r["prompt"], "response": s, "answer": r["answer"]}
+                                    for r, s in list(zip(rows, texts))[:3]]
+            progress.update(1)
+        cell["mean"] = statistics.fmean(cell["acc"])
+        cell["std"] = statistics.stdev(cell["acc"]) if len(cell["acc"]) > 1 else 0.0
+        out["cells"].append(cell)
+    return out
+
+class AccuracyCurve:
+    """Trainer hook: every ``eval.curve_every`` steps and at the last one, test accuracy of the current EMA weights.
+
+    Early-stop at the main NFE with the first evaluation seed, the same noise keys and batches as ``evaluate``, so
+    the point at the last step equals the final evaluation's cell. Shows when the model starts to solve the task,
+    which the loss alone does not. Points are appended to ``path`` as they come; a resumed run keeps those up to
+    its checkpoint's step (later ones are measured again). ``lock``: held while measuring, when runs train side by
+    side (the backbones' tokenizer is not thread-safe).
+    """
+
+    def __init__(self, trainer: Trainer, problems: list, rows: list[dict], cfg: DemoConfig, path: Path,
+                 lock: threading.Lock | None = None) -> None:
+        self.trainer, self.problems, self.cfg, self.path = trainer, problems, cfg, path
+        self.lock = lock or contextlib.nullcontext()
+        self.rows = rows
+        self.encoded: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.points = [pt for pt in read_points(path) if pt["step"] <= int(trainer.state["step"])]
+        atomic_write_text(path, "".join(dumps(pt) + "\n" for pt in self.points))
+
+    def __call__(self, step: int) -> None:
+        ev = self.cfg.eval
+        # the last step too, when curve_every does not divide the run: the curve always ends at the final model
+        if not ev.curve_every or (step % ev.curve_every and step != self.trainer.total_steps):
+            return
+        with self.lock:
+            self.measure(step)
+
+    def measure(self, step: int) -> None:
+        """Measure and record a point now (``step`` names it); the caller holds ``lock`` where runs share it."""
+        ev = self.cfg.eval
+        model = copy.deepcopy(self.trainer.elf)
+        model.student.load_state_dict(self.trainer.ema.shadow, strict=False)  # non-persistent buffers stay
+        model.student.eval()
+        model.attach_backbones(self.trainer.backbones)
+        if self.encoded is None:  # the standardisation is fixed before the first step
+            self.encoded = encode_test(model, self.rows)[:2]
+        x, mask = self.encoded
+        scfg = sampler_config(model, self.cfg, "early-stop", ev.main_nfe, ev.seeds[0])
+        acc, chain_acc = accuracy(sample_texts(model, x, mask, scfg, ev.batch_size)[0], self.problems,
+                                  task_module(self.cfg))
+        self.points.append({"step": step, "acc": acc, "chain_acc": chain_acc})
+        append_line(self.path, dumps(self.points[-1]))
+        log.info("step %d: test exact match %.3f (early-stop %d NFE, EMA)", step, acc, ev.main_nfe)
+
+def read_points(path: Path) -> list[dict]:
+    """The curve points saved in ``path`` (none if it is missing); a torn last line from a kill is dropped."""
+    return read_metrics(path)
