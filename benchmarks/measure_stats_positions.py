@@ -37,7 +37,7 @@ def measure(positions: str, out: Path, threads: int, overrides: list[str], eval_
     from elfreg.demo.cli import demo_config
     from elfreg.demo.run import (backbone_config, default_cache_dir, head_token_ids, per_problem, run_config,
                                  sample_texts, sampler_config, task_config, task_module, task_rows)
-    from elfreg.data.templates import apply_template
+    from elfreg.tasks.formats import apply_template
     from elfreg.hub import ElfModel
     from elfreg.train import CachedFeatures
     from elfreg.train.features import unpadded_response_mask

@@ -28,16 +28,17 @@ from elfreg.backbones import Backbones, smollm2_gguf
 from elfreg.config import BackboneConfig, ModelConfig, ObjectiveConfig
 from elfreg.configtools import dump_yaml, from_dict, to_dict
 from elfreg.data import CanvasConfig
-from elfreg.data.templates import apply_template
-from elfreg.demo import arith
-from elfreg.demo import task as chain
+from elfreg.tasks.formats import apply_template
+from elfreg.tasks import arith
+from elfreg.tasks import chain
 from elfreg.demo.config import VARIANTS, DemoConfig
 from elfreg.demo.lanes import LanePool, evaluate_job, time_job, train_job
 from elfreg.demo.machine import machine_info, training_precision
 from elfreg.hub import ElfModel
 from elfreg.jsontext import dumps
 from elfreg.precision import Precision
-from elfreg.sampling.answers import extractor, text_answers
+from elfreg.sampling.decode import text_answers
+from elfreg.tasks.answers import extractor
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.decode import detokenize, response_token_ids
 from elfreg.sampling.pipeline import check_sampling_fits

@@ -19,8 +19,8 @@ from elfreg.bounds import COUNT
 from elfreg.cliargs import input_file, model_ref, output_dir
 from elfreg.fingerprint import FOLDER_FILE, add_restart_argument, claim, model_identity, move_aside, note
 from elfreg.resources import check_fits, sampler_grid_need
-from elfreg.sampling.answers import answer_for
 from elfreg.sampling.exit import nfe_summary
+from elfreg.tasks.registry import KIND_TASKS, extract_for
 
 from ..sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig, TimeRule
 from .datasets import default_registry
@@ -29,9 +29,9 @@ from .protocol import parse_ks, protocol_names, resolve_runs
 from .report import combined_markdown, markdown_table, write_reports
 from .scoring import TEXT_LIMIT, TIME_RULE_RANGES, ScoreOptions, score_completions, workers_range
 
-# The inference guidance scale by benchmark kind: GSM8K 3, MATH and code 2 (spec §5); multiple choice (MMLU) 2,
-# a choice (the seeds give none; protocol.SRC["mmlu_w"]).
-W_TASK = {"gsm8k": "gsm8k", "math": "math", "code": "code", "choice": "mmlu", "exact": "gsm8k"}
+# The task whose w preset a benchmark kind uses (elfreg.tasks.registry): GSM8K 3, MATH and code 2 (spec §5); multiple
+# choice (MMLU) 2, a choice (the seeds give none; protocol.SRC["mmlu_w"]).
+W_TASK = KIND_TASKS
 
 
 def add_code_scoring_arguments(p: argparse.ArgumentParser) -> None:
@@ -319,7 +319,7 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     problems = bench.problems[: args.limit] if args.limit else bench.problems
     # the adaptive exit rule watches the answer the benchmark scores (code: the whole response); every sampler
     # setting is checked before any work, errors naming the field
-    args.extract = args.extract or answer_for(args.benchmark, bench.kind)
+    args.extract = args.extract or extract_for(args.benchmark, bench.kind)
     from elfreg.sampling.cli import sampler_config_from_args
 
     for resolved in runs:

@@ -15,7 +15,7 @@ import torch
 from elfreg.cliargs import device, error_line, input_file, model_ref, output_file
 from elfreg.fingerprint import add_restart_argument
 from elfreg.resources import check_fits, sampler_grid_need
-from elfreg.sampling.answers import EXTRACTORS
+from elfreg.tasks.answers import EXTRACTORS
 from elfreg.sampling.config import (BATCH, EXIT_RANGES, GRIDS, SAMPLER_RANGES, SAMPLERS, SAMPLES, W_PRESETS,
                                     SamplerConfig)
 from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from elfreg.sampling.answers import TASK_EXTRACTORS, answer_for
-from elfreg.sampling.config import W_PRESETS, SamplerConfig, task_w
+from elfreg.sampling.config import SamplerConfig, task_w
 from elfreg.sampling.pipeline import GenerationPipeline
+from elfreg.tasks.registry import extract_for, task_names
 
-# A task names its w preset (else w = 3) and its answer extractor (else the whole text).
-TASKS = tuple(sorted(set(W_PRESETS) | set(TASK_EXTRACTORS)))
+# A task names its w preset (else w = 3) and its answer extractor (else the whole text): elfreg.tasks.registry.
+TASKS = task_names()
 
 
 def sampler_config(*, task: str | None = None, w: float | None = None, extract: str | None = None,
@@ -28,7 +28,7 @@ def sampler_config(*, task: str | None = None, w: float | None = None, extract: 
     if unknown:
         raise ValueError(f"{unknown[0]}: not a sampler setting; the settings are "
                          f"{', '.join(SamplerConfig.__dataclass_fields__)}")
-    return SamplerConfig(w=task_w(task) if w is None else w, extract=extract or answer_for(task),
+    return SamplerConfig(w=task_w(task) if w is None else w, extract=extract or extract_for(task),
                          sigma=SamplerConfig.sigma if sigma is None else sigma, **fields)
 
 
