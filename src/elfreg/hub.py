@@ -32,6 +32,24 @@ FORMAT_VERSION = 1
 log = logging.getLogger(__name__)
 
 
+class ElfModelEncoder:
+    """Prompt encoder over an ElfModel: cheap tokenisation for validation, encode_prompts for features.
+
+    Prompts go through the model's template unless ``formatted`` (both methods see the same text, so
+    validation counts exactly the tokens that are encoded).
+    """
+
+    def __init__(self, model: Any, formatted: bool = False) -> None:
+        self.model = model
+        self.formatted = formatted
+
+    def prompt_token_ids(self, prompts: list[str]) -> list[list[int]]:
+        return self.model.prompt_token_ids(prompts, formatted=self.formatted)
+
+    def encode_prompts(self, prompts: list[str]) -> Any:
+        return self.model.encode_prompts(prompts, formatted=self.formatted)
+
+
 class ElfModel:
     """Student + config + standardisation statistics (+ the frozen encoder, loaded on first use)."""
 
@@ -183,6 +201,10 @@ class ElfModel:
     def format_prompts(self, prompts: list[str], formatted: bool = False) -> list[str]:
         """The texts the encoder sees: each prompt inside the model's template, or unchanged when ``formatted``."""
         return list(prompts) if formatted else [format_prompt(self.prompt_template, p) for p in prompts]
+
+    def prompt_encoder(self, formatted: bool = False) -> ElfModelEncoder:
+        """The prompt encoder generation uses: prompts through the saved template unless ``formatted``."""
+        return ElfModelEncoder(self, formatted)
 
     def prompt_token_ids(self, prompts: list[str], formatted: bool = False) -> list[list[int]]:
         """Token ids of each prompt as encode_prompts sees it (template applied unless ``formatted``)."""

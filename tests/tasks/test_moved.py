@@ -35,3 +35,13 @@ def test_old_path_warns_and_is_the_same_object(old, name, new, new_name):
 def test_an_unknown_name_of_an_old_path_is_an_attribute_error():
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         importlib.import_module("elfreg.sampling.answers").nope
+
+
+@pytest.mark.parametrize("name, new", [("load_elf_model", "elfreg.loading"), ("LoadedModel", "elfreg.loading"),
+                                       ("ElfModelEncoder", "elfreg.hub")])
+def test_the_loader_s_old_home_warns_and_is_the_same_object(name, new):
+    import elfreg.sampling.cli as old
+
+    with pytest.warns(DeprecationWarning, match=f"elfreg.sampling.cli.{name} moved"):
+        got = getattr(old, name)
+    assert got is getattr(importlib.import_module(new), name)

@@ -20,7 +20,7 @@ from elfreg.diagnose.run import diagnose_model, read_problems
 from elfreg.diagnose.tasks import BUILTIN_TASKS, AnswerTask, registry_task, resolve_task
 from elfreg.jsontext import dumps
 from elfreg.resources import check_fits, sampler_grid_need
-from elfreg.sampling.cli import LoadedModel, load_elf_model
+from elfreg.loading import LoadedModel, load_elf_model
 from elfreg.sampling.config import BATCH, EXIT_RANGES, NFE, SAMPLER_RANGES, task_w
 from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule
 from elfreg.sampling.pipeline import check_sampling_fits

@@ -121,11 +121,9 @@ class ElfLM(LM):
         self.model = self._load(pretrained, revision)
         if sigma is None:
             cfg = dataclasses.replace(cfg, sigma=self.model.config.objective.sigma)
-        from elfreg.sampling.cli import ElfModelEncoder
-
         self.template = self.model.prompt_template
         self.pipeline = GenerationPipeline(
-            self.model.student, ElfModelEncoder(self.model, formatted=self.prompt_format == "raw"),
+            self.model.student, self.model.prompt_encoder(self.prompt_format == "raw"),
             self.model.tokenizer, cfg, batch_size=self.batch_size,
             max_prompt_len=self.model.config.model.max_prompt_len)
         self.sampler_config = cfg

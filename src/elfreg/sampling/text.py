@@ -52,9 +52,7 @@ def build_pipeline(network: Any, encoder: Any, tokenizer: Any, cfg: SamplerConfi
 def model_pipeline(model: Any, cfg: SamplerConfig, *, batch_size: int = 16, formatted: bool = False,
                    batch_invariant: bool | None = None, precision: Any = "auto") -> GenerationPipeline:
     """``build_pipeline`` over an ElfModel: its student, its encoder (the saved template unless ``formatted``)."""
-    from elfreg.sampling.cli import ElfModelEncoder
-
-    return build_pipeline(model.student, ElfModelEncoder(model, formatted=formatted), model.tokenizer, cfg,
+    return build_pipeline(model.student, model.prompt_encoder(formatted), model.tokenizer, cfg,
                           batch_size=batch_size, max_prompt_len=model.config.model.max_prompt_len,
                           prompt_format="raw" if formatted else "template",
                           prompt_template=None if formatted else model.prompt_template,
