@@ -340,7 +340,7 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     load = _cached_loader()
     summaries: dict[str, dict] = {}
     try:
-        claim_run_folders(args, bench, runs, cfgs, out, write=False)  # before any work: an --out made with other settings
+        claim_run_folders(args, bench, runs, cfgs, out, write=False)  # before any work: an --out of other settings
         _, skipped = split_long_prompts(args, bench, problems, load)
         claim_run_folders(args, bench, runs, cfgs, out, write=True)
         for resolved in runs:
