@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from elfreg.eval.answers import extract_choice, extract_gsm8k
+from elfreg.tasks.answers import extract_choice, extract_gsm8k
 from elfreg.eval.codeprep import looks_like_solution
 from elfreg.eval.sanitize import sanitize
 from elfreg.sandbox.inside.codec import CostError, check_nesting, decode_text

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "src/elfreg/eval/benchdata/humaneval_plus/HumanEvalPlus-v0.1.10.jsonl.gz"
+DATA = ROOT / "src/elfreg/tasks/benchdata/humaneval_plus/HumanEvalPlus-v0.1.10.jsonl.gz"
 KNOWN_EVALPLUS_BUG = {"HumanEval/32"}  # evalplus 0.3.1's find_zero oracle never records a pass
 
 EVALPLUS = """

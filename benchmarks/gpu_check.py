@@ -618,7 +618,7 @@ def end_to_end(ctx: Context, student, m, deadline: Deadline) -> dict:
     from elfreg.config import ElfRegConfig, ObjectiveConfig
     from elfreg.hub import ElfModel
     from elfreg.sampling import GenerationPipeline, SamplerConfig, w_for_task
-    from elfreg.sampling.cli import ElfModelEncoder
+    from elfreg.hub import ElfModelEncoder
     from elfreg.stats import FeatureStats
 
     s = ctx.sizes

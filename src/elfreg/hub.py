@@ -22,63 +22,32 @@ from torch import Tensor
 from elfreg.atomic import atomic_write, atomic_write_text
 from elfreg.config import ElfRegConfig
 from elfreg.configtools import from_dict, to_dict
-from elfreg.data.templates import LEGACY_PROMPT_TEMPLATE, format_prompt, validate_template
+from elfreg.hubaccess import FILES, hub_unreachable, resolve_model_dir  # noqa: F401 - their old home
+from elfreg.tasks.formats import LEGACY_PROMPT_TEMPLATE, format_prompt, validate_template
 from elfreg.model.student import ElfStudent
 from elfreg.resources import check_fits, model_need
 from elfreg.stats import FeatureStats
 
 FORMAT_VERSION = 1
-FILES = ("config.json", "model.safetensors", "stats.safetensors")
 log = logging.getLogger(__name__)
 
 
-_TRUE = {"1", "ON", "YES", "TRUE"}
+class ElfModelEncoder:
+    """Prompt encoder over an ElfModel: cheap tokenisation for validation, encode_prompts for features.
 
+    Prompts go through the model's template unless ``formatted`` (both methods see the same text, so
+    validation counts exactly the tokens that are encoded).
+    """
 
-def hub_unreachable(timeout_s: float = 3.0) -> str | None:
-    """Why the Hugging Face hub cannot be reached right now, or None when it can.
+    def __init__(self, model: Any, formatted: bool = False) -> None:
+        self.model = model
+        self.formatted = formatted
 
-    Offline mode (``HF_HUB_OFFLINE``) answers at once; otherwise one TCP connection to the hub endpoint (or to the
-    HTTPS proxy, when one is set) within ``timeout_s``, instead of the ~40 s of retries a download makes before it
-    fails."""
-    import socket
-    import urllib.request
-    from urllib.parse import urlparse
+    def prompt_token_ids(self, prompts: list[str]) -> list[list[int]]:
+        return self.model.prompt_token_ids(prompts, formatted=self.formatted)
 
-    from huggingface_hub import constants
-
-    if os.environ.get("HF_HUB_OFFLINE", "").upper() in _TRUE or constants.HF_HUB_OFFLINE:
-        return "HF_HUB_OFFLINE is set"
-    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or constants.ENDPOINT)
-    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (443 if endpoint.scheme == "https" else 80)
-    proxy = urllib.request.getproxies().get(endpoint.scheme or "https")
-    if proxy and not urllib.request.proxy_bypass(host):
-        p = urlparse(proxy if "://" in proxy else f"http://{proxy}")
-        host, port = p.hostname or host, p.port or 8080
-    try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
-    except OSError as exc:
-        return f"{host}:{port} not reachable within {timeout_s:g} s ({exc})"
-    return None
-
-
-def resolve_model_dir(name_or_path: str | Path, revision: str | None = None) -> Path:
-    """A local model folder, or a hub repo id downloaded through huggingface_hub."""
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        missing = [f for f in FILES[:2] if not (path / f).is_file()]
-        if missing:
-            raise FileNotFoundError(f"{path} is not an elfreg model folder: missing {', '.join(missing)}")
-        return path
-    text = str(name_or_path)
-    if text.startswith((".", "/", "~")) or os.sep in text.strip("/").replace("/", "", 1):
-        raise FileNotFoundError(f"model folder {path} does not exist")
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(text, revision=revision, allow_patterns=[*FILES, "README.md"]))
-    except Exception as exc:  # network errors, missing repos: say which model could not be had
-        raise FileNotFoundError(f"cannot load model {text!r} from the Hugging Face hub: {exc}") from exc
+    def encode_prompts(self, prompts: list[str]) -> Any:
+        return self.model.encode_prompts(prompts, formatted=self.formatted)
 
 
 class ElfModel:
@@ -232,6 +201,10 @@ class ElfModel:
     def format_prompts(self, prompts: list[str], formatted: bool = False) -> list[str]:
         """The texts the encoder sees: each prompt inside the model's template, or unchanged when ``formatted``."""
         return list(prompts) if formatted else [format_prompt(self.prompt_template, p) for p in prompts]
+
+    def prompt_encoder(self, formatted: bool = False) -> ElfModelEncoder:
+        """The prompt encoder generation uses: prompts through the saved template unless ``formatted``."""
+        return ElfModelEncoder(self, formatted)
 
     def prompt_token_ids(self, prompts: list[str], formatted: bool = False) -> list[list[int]]:
         """Token ids of each prompt as encode_prompts sees it (template applied unless ``formatted``)."""

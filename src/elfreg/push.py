@@ -24,7 +24,7 @@ def push_folder(folder: str | Path, repo_id: str, *, private: bool | None = None
     from huggingface_hub.errors import HfHubHTTPError
 
     from elfreg.card import record_results
-    from elfreg.hub import FILES, resolve_model_dir
+    from elfreg.hubaccess import FILES, resolve_model_dir
 
     folder = Path(folder)
     if not folder.is_dir():

@@ -3,7 +3,7 @@ import json
 
 from elfreg.data.canvas import CanvasConfig, CanvasStats, build_canvas
 from elfreg.data.cli import register
-from elfreg.data.templates import apply_template
+from elfreg.tasks.formats import apply_template
 
 from ._shared import shared_dir, tiny_tokenizer
 

@@ -9,7 +9,7 @@ from elfreg.cli import main
 from elfreg.data.decontam_choice import ChoiceDecontamConfig, ChoiceItem, ChoiceMatcher, mmlu_test_items
 from elfreg.data.mmlu import aux_question, build_mmlu_train, iter_aux_questions
 from elfreg.data.sources import BadRowError
-from elfreg.data.templates import apply_template, format_choice_question, format_choice_response
+from elfreg.tasks.formats import apply_template, format_choice_question, format_choice_response
 from elfreg.eval.datasets import load_benchmark
 
 QUESTIONS = [  # (question, choices, answer) in the source's order: ids aux/0 ... aux/4
@@ -79,7 +79,7 @@ def test_training_rows_are_what_the_benchmark_asks_and_scores(files):
     """A kept row, put through the training template, is the MMLU prompt body in the model's template, and its
     response scores right on the benchmark's extractor."""
     from elfreg.data.mmlu import iter_rationales
-    from elfreg.eval.answers import extract_choice
+    from elfreg.tasks.answers import extract_choice
 
     qfile, rfile = files
     rows, _ = build_mmlu_train(iter_aux_questions(str(qfile)), iter_rationales(str(rfile)), None)

@@ -10,7 +10,8 @@ from elfreg.demo.cli import demo_config
 from elfreg.demo.evaluation import encode_test, sample_texts_nfe, sampler_config
 from elfreg.demo.prepare import task_config, task_module, task_rows
 from elfreg.hub import ElfModel
-from elfreg.sampling.answers import extractor, text_answers
+from elfreg.sampling.decode import text_answers
+from elfreg.tasks.answers import extractor
 from elfreg.sampling.decode import detokenize, response_token_ids
 from elfreg.sampling.samplers import sample
 

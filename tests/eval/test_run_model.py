@@ -277,3 +277,33 @@ def test_eval_run_refuses_a_bad_text_limit_before_any_work(tmp_path, tiny_lm_dir
     assert main([*base, "--min-time", "100"]) == 2   # each flag in range, the two together not (cap 60 s < floor)
     assert "time_rule.sample_cap_s: 60 s is below min_time_s 100 s" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_eval_run_generates_as_generate_does_with_its_sampler_settings_built_once(tmp_path, tiny_lm_dir,
+                                                                                  monkeypatch):
+    """`eval run` calls generate's own library function (elfreg.sampling.generate.run_generation) with one
+    SamplerConfig per run, built once: its generations are `elfreg generate`'s on the same prompts and settings."""
+    import elfreg.sampling.cli as generate_cli
+    import elfreg.sampling.generate as generation
+
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    data = _gsm_file(tmp_path)
+    built, jobs = [], []
+    real_config, real_run = generate_cli.sampler_config, generation.run_generation
+    monkeypatch.setattr(generate_cli, "sampler_config", lambda **kw: built.append(kw) or real_config(**kw))
+    for module in (generation, generate_cli):
+        monkeypatch.setattr(module, "run_generation", lambda job, *a: jobs.append(job) or real_run(job, *a))
+    out = tmp_path / "run"
+    flags = ["--nfe", "4", "--rho", "2", "--samples", "2", "--seed", "3", "--no-progress", "--device", "cpu"]
+    assert main(["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(data), "--out", str(out),
+                 *flags]) == 0
+    assert len(built) == 1 and len(jobs) == 1 and jobs[0].cfg.w == 3.0 and jobs[0].cfg.extract == "gsm8k"
+    assert main(["generate", "--model", str(model), "--prompts", str(out / "prompts.jsonl"), "--out",
+                 str(tmp_path / "g.jsonl"), "--task", "gsm8k", *flags]) == 0
+    assert jobs[1].cfg == jobs[0].cfg
+
+    def rows(path):
+        keep = ("prompt_id", "sample_index", "response", "response_token_ids", "nfe_spent", "w", "extract", "seed")
+        return [{k: r[k] for k in keep} for r in map(json.loads, path.read_text().splitlines())]
+
+    assert rows(out / "generations.jsonl") == rows(tmp_path / "g.jsonl")

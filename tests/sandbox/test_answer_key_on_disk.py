@@ -189,12 +189,12 @@ def prefix():
         info = site / "elfreg-0.1.0.dist-info"
         info.mkdir()
         (info / "METADATA").write_text("Metadata-Version: 2.1\nName: elfreg\nVersion: 0.1.0\n")
-        (info / "RECORD").write_text("elfreg/eval/benchdata/humaneval/HumanEval.jsonl.gz,,\n")
+        (info / "RECORD").write_text("elfreg/tasks/benchdata/humaneval/HumanEval.jsonl.gz,,\n")
         (site / "visible_marker.txt").write_text("the site-packages folder is bound")
         cache = root / "share" / "elfreg-cache"
         cache.mkdir(parents=True)
         (cache / "humaneval-b796127e635a67f9-expected-v4.jsonl.gz").write_bytes(b"answers")
-        assert (site / "elfreg" / "eval" / "benchdata" / "humaneval" / "HumanEval.jsonl.gz").exists()
+        assert (site / "elfreg" / "tasks" / "benchdata" / "humaneval" / "HumanEval.jsonl.gz").exists()
         yield root, cache
     finally:
         shutil.rmtree(root, ignore_errors=True)

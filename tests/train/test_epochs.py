@@ -10,7 +10,7 @@ import torch
 
 from _tiny import sum_rows, tiny_overrides
 from elfreg.configtools import ConfigError
-from elfreg.data.templates import apply_template
+from elfreg.tasks.formats import apply_template
 from elfreg.hub import ElfModel
 from elfreg.train import checkpoint as ck
 from elfreg.train.config import load_run_config

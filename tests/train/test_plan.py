@@ -10,7 +10,7 @@ import pytest
 from _tiny import sum_rows, tiny_overrides
 from elfreg.configtools import ConfigError
 from elfreg.data import CanvasConfig, CanvasStats, build_canvas
-from elfreg.data.templates import apply_template
+from elfreg.tasks.formats import apply_template
 from elfreg.train.cli import register
 from elfreg.train.config import load_run_config
 from elfreg.train.plan import RowLengths, count_lengths, format_plan, make_plan, steps_for_epochs, warmup_for_epochs

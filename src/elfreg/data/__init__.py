@@ -5,7 +5,7 @@ from elfreg.data.canvas import (Canvas, CanvasBatch, CanvasConfig, CanvasOverflo
 from elfreg.data.readers import ReadStats, iter_examples, iter_source
 from elfreg.data.sources import BadRowError, RowFilter, SourceSpec, preset, preset_names
 from elfreg.data.stream import ExampleStream
-from elfreg.data.templates import apply_template, extract_final_answer, format_math_response
+from elfreg.tasks.formats import apply_template, extract_final_answer, format_math_response
 
 __all__ = [
     "BadRowError", "Canvas", "CanvasBatch", "CanvasConfig", "CanvasOverflowError", "CanvasStats", "ExampleStream",

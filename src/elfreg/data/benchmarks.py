@@ -35,7 +35,7 @@ def _read_jsonl(path: str) -> Iterator[dict[str, Any]]:
 
 def _need(path: str) -> str:
     if not os.path.exists(path) and os.path.exists(path + ".gz"):
-        return path + ".gz"  # the copies shipped with elfreg are gzip-compressed (elfreg/eval/benchdata)
+        return path + ".gz"  # the copies shipped with elfreg are gzip-compressed (elfreg/tasks/benchdata)
     if not os.path.exists(path):
         raise FileNotFoundError(f"benchmark file not found: {path}")
     return path

@@ -190,7 +190,7 @@ def iter_canvases(examples: Any, task: str, tokenizer: Any, cfg: CanvasConfig,
     """Examples → (example, Canvas) through the task template; over-long rows follow cfg.overflow,
     rows the template rejects (math without a final answer) follow `on_bad_row` ('error'|'skip')."""
     from elfreg.data.sources import BadRowError
-    from elfreg.data.templates import apply_template
+    from elfreg.tasks.formats import apply_template
 
     if on_bad_row not in ("error", "skip"):
         raise ValueError(f"iter_canvases.on_bad_row must be 'error' or 'skip', got {on_bad_row!r}")

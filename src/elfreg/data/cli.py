@@ -116,7 +116,7 @@ def cmd_canvas_stats(args: argparse.Namespace) -> int:
     """Print how many rows fit the canvas and prompt/response token-length statistics."""
     from transformers import AutoTokenizer
 
-    from elfreg.data.templates import apply_template
+    from elfreg.tasks.formats import apply_template
 
     kwargs = {"gguf_file": args.gguf_file} if args.gguf_file else {}
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, **kwargs)

@@ -10,7 +10,7 @@ turns anyone's rationales into that kind of file. Every dropped rationale is cou
 * ``unknown_question``: its key names no auxiliary-train question; ``ambiguous_question`` (``--key question``): its
   question text belongs to several questions with different options or answers;
 * ``contaminated``: its question matches an MMLU test question (`elfreg.data.decontam_choice`);
-* ``no_letter``: it commits to no option (`elfreg.eval.answers.extract_choice`); ``wrong_letter``: to another one;
+* ``no_letter``: it commits to no option (`elfreg.tasks.formats.extract_choice`); ``wrong_letter``: to another one;
 * ``duplicate``: the same text again for the same question.
 
 Each kept row is ``{"id", "question_id", "prompt", "response", "answer", "subject", "source"}``: the prompt is the
@@ -32,8 +32,8 @@ from typing import Any, Iterable, Iterator
 from elfreg.data.decontam_choice import ChoiceMatcher
 from elfreg.data.ngrams import normalize
 from elfreg.data.sources import BadRowError
-from elfreg.data.templates import LETTERS, choice_letter, format_choice_question, format_choice_response
-from elfreg.eval.answers import extract_choice
+from elfreg.tasks.formats import LETTERS, choice_letter, format_choice_question, format_choice_response
+from elfreg.tasks.answers import extract_choice
 
 AUX_HUB_ID, AUX_HUB_CONFIG, AUX_HUB_SPLIT = "cais/mmlu", "auxiliary_train", "train"
 AUX_ROWS = 99_842  # the release's auxiliary_train split (shared/data/mmlu/PROVENANCE.md)
@@ -88,7 +88,7 @@ def iter_aux_questions(source: str, hub_config: str = AUX_HUB_CONFIG, split: str
     if source == "hub" or source.startswith("hub:"):
         import datasets
 
-        from elfreg.hub import hub_unreachable
+        from elfreg.hubaccess import hub_unreachable
 
         hub_id = source.partition(":")[2] or AUX_HUB_ID
         why = hub_unreachable()

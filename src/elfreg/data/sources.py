@@ -6,14 +6,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from elfreg.tasks.formats import BadRowError
+
 FORMATS = ("jsonl", "parquet", "hf", "disk", "auto")
 TASKS = ("math", "code", "choice")
 BAD_ROW_POLICIES = ("error", "skip")
 ROLES = ("prompt", "response", "answer", "id")
-
-
-class BadRowError(ValueError):
-    """A malformed input row; the message names the file (or dataset) and line/row."""
 
 
 @dataclass(frozen=True)

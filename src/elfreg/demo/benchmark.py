@@ -1,50 +1,5 @@
-"""The demo tasks as evaluation benchmarks (`elfreg eval run --benchmark demo-arith|demo-chain`), exact match."""
+"""Deprecated: moved to :mod:`elfreg.eval.demo_benchmarks`; this old path keeps working with a DeprecationWarning."""
 
-from __future__ import annotations
+from elfreg.moved import alias_module
 
-import hashlib
-import json
-from pathlib import Path
-from types import ModuleType
-
-from elfreg.demo import arith
-from elfreg.demo import task as chain
-from elfreg.demo.answers import extract_answer
-from elfreg.eval.benchmark import Benchmark, Problem, sha256_file
-from elfreg.eval.prompts import gsm8k_prompt
-
-
-def load_demo_arith(path: str | None = None) -> Benchmark:
-    """The arithmetic-chain task: a demo run's test.jsonl, else the whole default test split."""
-    n = len(arith.all_problems()["test"])
-    return _load("arith", path, arith, n, f"generated: elfreg.demo.arith default test split ({n} problems)")
-
-
-def load_demo_chain(path: str | None = None) -> Benchmark:
-    """The pointer-chasing task: a demo run's test.jsonl, else the default test split (seed 0, 200 problems)."""
-    return _load("chain", path, chain, 200, "generated: elfreg.demo.task default test split (seed 0, 200 problems)")
-
-
-def _load(kind: str, path: str | None, task: ModuleType, count: int, generated: str) -> Benchmark:
-    """Test problems from a demo run's test.jsonl ({id, question, answer} per line), else ``count`` generated ones."""
-    if path is None:
-        rows = [{"id": f"{kind}/{i}", "question": task.format_prompt(p), "answer": p.answer}
-                for i, p in enumerate(task.make_split(count, 0, "test"))]
-        source = generated
-        digest = hashlib.sha256(json.dumps(rows).encode()).hexdigest()
-    else:
-        rows = []
-        with open(path, encoding="utf-8") as f:
-            for n, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    r = json.loads(raw)
-                    rows.append({"id": str(r["id"]), "question": str(r["question"]), "answer": str(r["answer"])})
-                except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise ValueError(f"{path}:{n}: expected {{id, question, answer}}: {exc}") from exc
-        source, digest = str(Path(path)), sha256_file(path)
-    probs = [Problem(task_id=r["id"], question=r["question"], reference=f"#### {r['answer']}", answer=r["answer"])
-             for r in rows]
-    return Benchmark(f"demo-{kind}", "exact", probs, source, digest, gsm8k_prompt,
-                     answer_extractor=extract_answer)
+__getattr__, __dir__ = alias_module(__name__, "elfreg.eval.demo_benchmarks")

@@ -40,7 +40,7 @@ class DemoTask:
 
     def task_config(self):
         """The task's own config: arith.ArithTaskConfig or task.ChainTaskConfig."""
-        from elfreg.demo import arith, task
+        from elfreg.tasks import arith, chain as task
 
         if self.kind == "arith":
             return arith.ArithTaskConfig(ops=self.ops)

@@ -15,7 +15,7 @@ from types import ModuleType
 import torch
 
 from elfreg.atomic import append_line, atomic_write_text
-from elfreg.data.templates import apply_template
+from elfreg.tasks.formats import apply_template
 from elfreg.demo.config import DemoConfig
 from elfreg.demo.prepare import task_module
 from elfreg.hub import ElfModel

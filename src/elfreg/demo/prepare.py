@@ -13,9 +13,9 @@ from types import ModuleType
 from elfreg.backbones import Backbones, smollm2_gguf
 from elfreg.config import BackboneConfig, ModelConfig
 from elfreg.data import CanvasConfig
-from elfreg.data.templates import apply_template
-from elfreg.demo import arith
-from elfreg.demo import task as chain
+from elfreg.tasks.formats import apply_template
+from elfreg.tasks import arith
+from elfreg.tasks import chain
 from elfreg.demo.config import DemoConfig
 from elfreg.precision import Precision, resolve, student_workload
 from elfreg.train import CachedFeatures

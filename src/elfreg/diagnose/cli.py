@@ -17,10 +17,10 @@ from elfreg.bounds import SEED, Range
 from elfreg.diagnose.config import ACCEL_STEPS, READOUT, STATE_DTYPES, STEPS, DiagnoseConfig
 from elfreg.diagnose.plot import plot_diagnostics
 from elfreg.diagnose.run import diagnose_model, read_problems
-from elfreg.diagnose.tasks import AnswerTask, harness_task, resolve_task
+from elfreg.diagnose.tasks import BUILTIN_TASKS, AnswerTask, registry_task, resolve_task
 from elfreg.jsontext import dumps
 from elfreg.resources import check_fits, sampler_grid_need
-from elfreg.sampling.cli import LoadedModel, load_elf_model
+from elfreg.loading import LoadedModel, load_elf_model
 from elfreg.sampling.config import BATCH, EXIT_RANGES, NFE, SAMPLER_RANGES, task_w
 from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule
 from elfreg.sampling.pipeline import check_sampling_fits
@@ -50,7 +50,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--accel-steps", type=ACCEL_STEPS.arg, default=None,
                    help="points of the uniform acceleration path (default --steps; 0 skips it)")
     p.add_argument("--task", default="gsm8k",
-                   help="answer extractor / scorer: gsm8k, exact (the whole text), demo-arith, demo-chain")
+                   help=f"answer extractor / scorer, one of {', '.join(sorted(BUILTIN_TASKS))} (exact: the whole text)")
     p.add_argument("--w", type=SAMPLER_RANGES["w"].arg, default=None,
                    help="guidance scale (default: the task's preset, else 3)")
     p.add_argument("--sigma", type=SAMPLER_RANGES["sigma"].arg, default=None,
@@ -164,7 +164,7 @@ def exit_table(results: dict[str, dict]) -> str:
 
 
 def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], LoadedModel] = load_elf_model,
-                 task_lookup: Callable[[str], AnswerTask | None] = harness_task) -> int:
+                 task_lookup: Callable[[str], AnswerTask | None] = registry_task) -> int:
     """Run `elfreg diagnose`; returns an exit code (2 for bad input, found before any model is loaded)."""
     try:
         cfg = config_from_args(args)

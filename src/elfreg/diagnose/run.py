@@ -15,7 +15,7 @@ from elfreg.diagnose.metrics import response_agrees, response_of, stable_fractio
 from elfreg.diagnose.report import SampleRow, summarise, summarise_acceleration, summarise_exit
 from elfreg.diagnose.tasks import AnswerTask
 from elfreg.diagnose.trajectory import MasterTrajectory, run_acceleration, run_master
-from elfreg.sampling.answers import text_answers
+from elfreg.sampling.decode import text_answers
 from elfreg.sampling.run import iter_prompt_records
 from elfreg.sampling.pipeline import EncodedPrompts, validate_prompts
 

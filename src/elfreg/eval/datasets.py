@@ -1,6 +1,6 @@
 """Loaders for GSM8K, MATH-500, HumanEval(+), MBPP(+) and MMLU (spec §6).
 
-The test sets ship with the package (``elfreg/eval/benchdata``; licences, versions and sha256 in its
+The test sets ship with the package (``elfreg/tasks/benchdata``; licences, versions and sha256 in its
 MANIFEST.json and README.md) and their sha256 is checked at every load. ``--data PATH`` loads another copy;
 ``ELFREG_DATA_DIR`` points at a folder with the same layout (``.jsonl`` or ``.jsonl.gz``). A file that is
 not byte-identical to the pinned copy is loaded with a warning and recorded as such in the report.
@@ -19,10 +19,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
-from elfreg.data.templates import choice_letter
+from elfreg.tasks.answers import extract_choice, extract_gsm8k
+from elfreg.tasks.formats import choice_letter
+from elfreg.tasks.registry import task
 
-from . import prompts
-from .answers import extract_choice, extract_gsm8k
 from .benchmark import Benchmark, BenchmarkRegistry, Problem, sha256_file
 from .mbpp_inputs import deserialize_inputs
 
@@ -34,7 +34,7 @@ MBPP_TEST_IDS = range(11, 511)
 @lru_cache(maxsize=1)
 def manifest() -> dict:
     """The shipped benchmark files' manifest: name -> {file, rows, version, license, sha256, ...}."""
-    return json.loads(resources.files("elfreg.eval").joinpath("benchdata", "MANIFEST.json").read_text("utf-8"))[
+    return json.loads(resources.files("elfreg.tasks").joinpath("benchdata", "MANIFEST.json").read_text("utf-8"))[
         "benchmarks"]
 
 
@@ -43,7 +43,7 @@ DEFAULT_FILES = {name: entry["file"] for name, entry in manifest().items()}
 
 def packaged_data_dir() -> Path:
     """The folder of the benchmark files shipped with elfreg."""
-    return Path(str(resources.files("elfreg.eval").joinpath("benchdata")))
+    return Path(str(resources.files("elfreg.tasks").joinpath("benchdata")))
 
 
 def default_data_dir() -> Path:
@@ -97,7 +97,7 @@ def load_gsm8k(path: str | None = None) -> Benchmark:
     for i, r in enumerate(read_jsonl(p)):
         gold = r["answer"].split("####")[-1].strip().replace(",", "")
         probs.append(Problem(task_id=f"gsm8k/{i}", question=r["question"], reference=r["answer"], answer=gold))
-    return Benchmark("gsm8k", "gsm8k", probs, str(p), digest, prompts.gsm8k_prompt,
+    return Benchmark("gsm8k", "gsm8k", probs, str(p), digest, task("gsm8k").prompt,
                      answer_extractor=extract_gsm8k, data_version=version)
 
 
@@ -106,7 +106,7 @@ def load_math500(path: str | None = None) -> Benchmark:
     p, digest, version = _resolve("math500", path)
     probs = [Problem(task_id=r["unique_id"], question=r["problem"], reference=r["solution"], answer=r["answer"],
                      extra={"subject": r.get("subject"), "level": r.get("level")}) for r in read_jsonl(p)]
-    return Benchmark("math500", "math", probs, str(p), digest, prompts.math_prompt, data_version=version)
+    return Benchmark("math500", "math", probs, str(p), digest, task("math500").prompt, data_version=version)
 
 
 def load_humaneval(path: str | None = None) -> Benchmark:
@@ -115,7 +115,7 @@ def load_humaneval(path: str | None = None) -> Benchmark:
     probs = [Problem(task_id=r["task_id"], question=r["prompt"], reference=r["prompt"] + r["canonical_solution"],
                      entry_point=r["entry_point"], tests=f"{r['test']}\ncheck({r['entry_point']})\n",
                      extra={"preamble": r["prompt"], "code_prompt": r["prompt"]}) for r in read_jsonl(p)]
-    return Benchmark("humaneval", "code", probs, str(p), digest, prompts.humaneval_prompt,
+    return Benchmark("humaneval", "code", probs, str(p), digest, task("humaneval").prompt,
                      code_tests=("base",), data_version=version)
 
 
@@ -126,7 +126,7 @@ def load_humaneval_plus(path: str | None = None) -> Benchmark:
                      entry_point=r["entry_point"], base_inputs=r["base_input"], plus_inputs=r["plus_input"] or [],
                      atol=float(r["atol"]), extra={"preamble": r["prompt"], "code_prompt": r["prompt"]})
              for r in read_jsonl(p)]
-    return Benchmark("humaneval_plus", "code", probs, str(p), digest, prompts.humaneval_prompt,
+    return Benchmark("humaneval_plus", "code", probs, str(p), digest, task("humaneval_plus").prompt,
                      code_tests=("base", "plus"), data_version=version)
 
 
@@ -155,7 +155,7 @@ def load_mbpp(path: str | None = None) -> Benchmark:
                                     "code_prompt": f'"""\n{r["text"]}\n{r["test_list"][0]}\n"""\n'}))
     if len(probs) != len(MBPP_TEST_IDS) and path is None:
         raise ValueError(f"{p}: expected 500 MBPP test problems (ids 11-510), found {len(probs)}")
-    return Benchmark("mbpp", "code", probs, str(p), digest, prompts.mbpp_prompt, code_tests=("base",),
+    return Benchmark("mbpp", "code", probs, str(p), digest, task("mbpp").prompt, code_tests=("base",),
                      data_version=version)
 
 
@@ -171,7 +171,7 @@ def load_mbpp_plus(path: str | None = None) -> Benchmark:
                              base_inputs=deserialize_inputs(r["task_id"], r["base_input"]),
                              plus_inputs=deserialize_inputs(r["task_id"], plus) if plus else [],
                              atol=float(r["atol"]), extra={"code_prompt": r["prompt"]}))
-    return Benchmark("mbpp_plus", "code", probs, str(p), digest, prompts.mbpp_prompt,
+    return Benchmark("mbpp_plus", "code", probs, str(p), digest, task("mbpp_plus").prompt,
                      code_tests=("base", "plus"), data_version=version)
 
 
@@ -222,7 +222,7 @@ def load_mmlu(path: str | None = None, name: str = "mmlu") -> Benchmark:
                                                 "answer": row[5]}, f"{subj}/{i}", f"{f}:{i + 1}"))
         digest = sha256_file(files[0]) if len(files) == 1 else "csv:" + ",".join(sha256_file(f)[:12] for f in files)
         version = None
-    return Benchmark(name, "choice", probs, str(p), digest, prompts.choice_prompt, answer_extractor=extract_choice,
+    return Benchmark(name, "choice", probs, str(p), digest, task(name).prompt, answer_extractor=extract_choice,
                      data_version=version)
 
 
@@ -238,7 +238,7 @@ def default_registry() -> BenchmarkRegistry:
                      ("humaneval_plus", load_humaneval_plus), ("mbpp", load_mbpp), ("mbpp_plus", load_mbpp_plus),
                      ("mmlu", load_mmlu), ("mmlu_dev", load_mmlu_dev)):
         reg.register(name, fn)
-    from elfreg.demo.benchmark import load_demo_arith, load_demo_chain  # the embedded demo's tasks
+    from .demo_benchmarks import load_demo_arith, load_demo_chain  # the demo's synthetic tasks
 
     reg.register("demo-arith", load_demo_arith)
     reg.register("demo-chain", load_demo_chain)

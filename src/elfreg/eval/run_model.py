@@ -12,15 +12,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 from elfreg.atomic import atomic_write_text
 from elfreg.bounds import COUNT
-from elfreg.cliargs import input_file, model_ref, output_dir
+from elfreg.cliargs import error_line, input_file, model_ref, output_dir
 from elfreg.fingerprint import FOLDER_FILE, add_restart_argument, claim, model_identity, move_aside, note
 from elfreg.resources import check_fits, sampler_grid_need
-from elfreg.sampling.answers import answer_for
 from elfreg.sampling.exit import nfe_summary
+from elfreg.tasks.registry import KIND_TASKS, extract_for
 
 from ..sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig, TimeRule
 from .datasets import default_registry
@@ -29,9 +30,9 @@ from .protocol import parse_ks, protocol_names, resolve_runs
 from .report import combined_markdown, markdown_table, write_reports
 from .scoring import TEXT_LIMIT, TIME_RULE_RANGES, ScoreOptions, score_completions, workers_range
 
-# The inference guidance scale by benchmark kind: GSM8K 3, MATH and code 2 (spec §5); multiple choice (MMLU) 2,
-# a choice (the seeds give none; protocol.SRC["mmlu_w"]).
-W_TASK = {"gsm8k": "gsm8k", "math": "math", "code": "code", "choice": "mmlu", "exact": "gsm8k"}
+# The task whose w preset a benchmark kind uses (elfreg.tasks.registry): GSM8K 3, MATH and code 2 (spec §5); multiple
+# choice (MMLU) 2, a choice (the seeds give none; protocol.SRC["mmlu_w"]).
+W_TASK = KIND_TASKS
 
 
 def add_code_scoring_arguments(p: argparse.ArgumentParser) -> None:
@@ -94,14 +95,12 @@ def claim_score_folder(args: argparse.Namespace, bench, completions_sha256: str)
           aside=[out / n for n in names])
 
 
-def run_settings(args: argparse.Namespace, bench, values: dict, model_id: str) -> dict:
+def run_settings(args: argparse.Namespace, bench, cfg, model_id: str) -> dict:
     """The fingerprint of one `eval run` folder: model, benchmark and data, --limit and --long-prompts, every
     sampler setting, batch invariance, the verdict flags. Not --samples (more samples extend a run: noise is f(seed,
     prompt, sample)), --k, workers or device; nor the batch size while outputs are batch-invariant."""
-    from elfreg.sampling.cli import sampler_config_from_args
     from elfreg.sampling.invariance import invariance_settings, resolve_batch_invariant, scheme_for
 
-    cfg = sampler_config_from_args(argparse.Namespace(**{**vars(args), **values}))
     device = _generation_device(args)
     invariant = resolve_batch_invariant(getattr(args, "batch_invariant", None), device)
     return {"model": model_id, "benchmark": bench.name, "data": _data_identity(bench), "limit": args.limit,
@@ -111,15 +110,15 @@ def run_settings(args: argparse.Namespace, bench, values: dict, model_id: str) -
             **invariance_settings(invariant, getattr(args, "batch_size", None), scheme_for(invariant, device))}
 
 
-def claim_run_folders(args: argparse.Namespace, bench, runs: list, out: Path, write: bool) -> None:
+def claim_run_folders(args: argparse.Namespace, bench, runs: list, cfgs: dict, out: Path, write: bool) -> None:
     """Check every run folder's fingerprint (RunMismatch naming what differs), and with ``write`` record it;
-    ``--restart`` moves the whole --out folder aside first."""
+    ``--restart`` moves the whole --out folder aside first. ``cfgs``: each run's SamplerConfig, by label."""
     if args.restart and not write:
         move_aside([out])
     model_id = model_identity(args.model)
     for resolved in runs:
         folder = out / resolved.label if resolved.label else out
-        claim(folder / FOLDER_FILE, run_settings(args, bench, resolved.values, model_id),
+        claim(folder / FOLDER_FILE, run_settings(args, bench, cfgs[resolved.label], model_id),
               [folder / "generations.jsonl", folder / "results.jsonl"], write=write)
 
 
@@ -208,7 +207,7 @@ def generation_nfe(path: Path) -> dict:
 def _cached_loader():
     """``elfreg generate``'s model loader, loading each (model, device, prompt format) once: the runs of one
     protocol entry share the model."""
-    from elfreg.sampling.cli import load_elf_model
+    from elfreg.loading import load_elf_model
 
     cache: dict = {}
 
@@ -223,9 +222,9 @@ def _cached_loader():
 
 def _generation_device(args: argparse.Namespace):
     """The device `elfreg generate` picks for these flags (``--device``, else cuda:LOCAL_RANK, else cpu)."""
-    from elfreg.sampling.cli import generation_device
+    from elfreg.loading import generation_device
 
-    return generation_device(args)
+    return generation_device(getattr(args, "device", None))
 
 
 def split_long_prompts(args: argparse.Namespace, bench, problems, load) -> tuple[list, dict]:
@@ -252,24 +251,33 @@ def split_long_prompts(args: argparse.Namespace, bench, problems, load) -> tuple
     return [p for p in problems if p.task_id not in too_long], record
 
 
-def _one_run(args: argparse.Namespace, bench, problems, resolved, out: Path, sandbox, load,
+def _one_run(args: argparse.Namespace, bench, problems, resolved, cfg, out: Path, sandbox, load,
              skipped: dict) -> dict | int:
-    """Generate and score one sampling run in ``out``; returns its summary, or generate's exit code on failure.
+    """Generate (``cfg``: the run's checked SamplerConfig) and score one sampling run in ``out``; returns its summary,
+    or generation's exit code on failure.
 
     Problems in ``skipped`` (prompts over the limit) are not generated: each of their samples is an empty answer,
     scored wrong, so `eval score` on samples.jsonl gives the same numbers."""
-    from elfreg.sampling.cli import cmd_generate
+    from elfreg.sampling.cli import generation_job
+    from elfreg.sampling.generate import run_generation
+    from elfreg.sampling.run import read_prompts
+
+    def bad_input(exc: Exception) -> int:
+        print(f"elfreg generate: error: {error_line(exc, args)}", file=sys.stderr)
+        return 2
 
     out.mkdir(parents=True, exist_ok=True)
     prompts_path, gens_path = out / "prompts.jsonl", out / "generations.jsonl"
     skip = set(skipped["task_ids"]) if skipped["count"] else set()
     write_prompts(bench, [p for p in problems if p.task_id not in skip], prompts_path)
-    run_args = argparse.Namespace(**vars(args))
-    for key in ("sampler", "nfe", "rho", "samples", "w", "task"):
-        setattr(run_args, key, resolved.values[key])
-    gen_args = argparse.Namespace(**vars(run_args), prompts=str(prompts_path), prompt_field="prompt")
-    gen_args.out, gen_args.restart = str(gens_path), False  # --restart moved the whole folder aside already
-    code = cmd_generate(gen_args, load)
+    # --restart moved the whole folder aside already
+    job = generation_job(args, cfg, samples=resolved.values["samples"], out=str(gens_path), prompt_field="prompt",
+                         restart=False, output_format=None, inline=False)
+    try:
+        prompts = read_prompts(prompts_path, "prompt")
+    except (ValueError, FileNotFoundError) as exc:
+        return bad_input(exc)
+    code = run_generation(job, prompts, load, bad_input)
     if code != 0:
         return code
     gen = generation_settings(gens_path)
@@ -319,11 +327,11 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     problems = bench.problems[: args.limit] if args.limit else bench.problems
     # the adaptive exit rule watches the answer the benchmark scores (code: the whole response); every sampler
     # setting is checked before any work, errors naming the field
-    args.extract = args.extract or answer_for(args.benchmark, bench.kind)
+    args.extract = args.extract or extract_for(args.benchmark, bench.kind)
     from elfreg.sampling.cli import sampler_config_from_args
 
-    for resolved in runs:
-        cfg = sampler_config_from_args(argparse.Namespace(**{**vars(args), **resolved.values}))
+    cfgs = {resolved.label: sampler_config_from_args(args, **resolved.values) for resolved in runs}
+    for cfg in cfgs.values():
         check_fits(sampler_grid_need(cfg, args.batch_size))   # the grids live on the CPU: known before loading
     out = Path(args.out)
     # Before any generation, and before --out is touched: code scoring refuses to run without isolation
@@ -332,12 +340,12 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     load = _cached_loader()
     summaries: dict[str, dict] = {}
     try:
-        claim_run_folders(args, bench, runs, out, write=False)  # before any work: an --out made with other settings
+        claim_run_folders(args, bench, runs, cfgs, out, write=False)  # before any work: an --out of other settings
         _, skipped = split_long_prompts(args, bench, problems, load)
-        claim_run_folders(args, bench, runs, out, write=True)
+        claim_run_folders(args, bench, runs, cfgs, out, write=True)
         for resolved in runs:
-            res = _one_run(args, bench, problems, resolved, out / resolved.label if resolved.label else out,
-                           sandbox, load, skipped)
+            res = _one_run(args, bench, problems, resolved, cfgs[resolved.label],
+                           out / resolved.label if resolved.label else out, sandbox, load, skipped)
             if isinstance(res, int):
                 return res
             summaries[resolved.label] = res

@@ -22,12 +22,11 @@ from ..sandbox import Sandbox, SandboxError
 from ..sandbox.codecheck import TimeRule, run_io, run_tests
 from ..sandbox.expected import ExpectedOutputs, revoke_isolated_key
 from ..sandbox.oracle import dataset_of
-from .answers import extract_choice, extract_gsm8k, numbers_equal
+from ..tasks.answers import verdict
 from .benchmark import Benchmark, Problem
 from .codeprep import ALIAS_MODES, ALIAS_RULE, looks_like_solution, prepare_code
 from .completions import MAX_COMPLETION_BYTES, Completion, check_max_completion_bytes, unknown_task_id
-from .mathcheck import verify_answer
-from .workers import KillablePool as TextPool, Outcome
+from .workers import KillablePool, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -156,22 +155,6 @@ class ResultsFile:
             self._fd = None
 
 
-def _text_verdict(kind: str, extractor, math_timeout_s: int, completion: str, gold: str) -> dict:
-    """A text sample's verdict fields (``pred``, ``correct``); runs in a text pool worker (textpool.py)."""
-    if kind == "math":
-        return {"correct": verify_answer(gold, completion, math_timeout_s)}
-    if kind == "gsm8k":
-        pred = (extractor or extract_gsm8k)(completion)
-        ok = numbers_equal(pred, gold)
-    elif kind == "choice":
-        pred = (extractor or extract_choice)(completion)
-        ok = pred == gold
-    else:  # "exact": registered tasks with their own extractor
-        pred = extractor(completion) if extractor else completion.strip()
-        ok = pred is not None and pred.strip() == gold.strip()
-    return {"pred": pred, "correct": bool(ok)}
-
-
 def _text_row(bench: Benchmark, c: Completion, out: Outcome) -> dict:
     """The results row of a text sample; a sample whose work failed or overran is wrong, and says why."""
     row = {"task_id": c.task_id, "sample": c.sample, "gold": bench.by_id[c.task_id].answer}
@@ -282,9 +265,9 @@ def _score_text_rows(bench: Benchmark, todo: list[Completion], opts: ScoreOption
     if not todo:  # a resumed run with nothing left: no workers, no warm-up
         return
     tasks = ((c, _STEPS[bench.kind], "verdict", (c.completion, bench.by_id[c.task_id].answer or "")) for c in todo)
-    work = {"verdict": partial(_text_verdict, bench.kind, bench.answer_extractor, opts.math_timeout_s)}
+    work = {"verdict": partial(verdict, bench.kind, bench.answer_extractor, opts.math_timeout_s)}
     warm = partial(work["verdict"], _WARM_TEXT, _WARM_GOLD)
-    with TextPool(work, opts.workers, opts.text_limit_s, opts.text_memory_bytes, warm) as pool:
+    with KillablePool(work, opts.workers, opts.text_limit_s, opts.text_memory_bytes, warm) as pool:
         for c, out in pool.run(tasks):
             results.add(_text_row(bench, c, out))
             bar.update()
@@ -305,7 +288,7 @@ def _score_code_rows(bench: Benchmark, todo: list[Completion], sandbox: Sandbox,
 
     work = {"prepare": partial(_prepare, opts.code_modes)}
     warm = partial(work["prepare"], _WARM_CODE, "f", False, "", "solution", "")
-    with TextPool(work, opts.workers, opts.text_limit_s, opts.text_memory_bytes, warm) as pool, \
+    with KillablePool(work, opts.workers, opts.text_limit_s, opts.text_memory_bytes, warm) as pool, \
             ThreadPoolExecutor(opts.workers) as ex:
         for c, prepared in pool.run(_prepare_task(c, bench.by_id[c.task_id]) for c in todo):
             running.add(ex.submit(_score_code, bench, bench.by_id[c.task_id], c, prepared, sandbox, expected,

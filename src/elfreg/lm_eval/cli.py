@@ -85,7 +85,7 @@ def _go_offline_if_unreachable() -> None:
     of retries per file before the same failure; set before lm-eval imports datasets, which reads it then."""
     if "HF_DATASETS_OFFLINE" in os.environ or "datasets" in sys.modules:
         return
-    from elfreg.hub import hub_unreachable
+    from elfreg.hubaccess import hub_unreachable
 
     reason = hub_unreachable()
     if reason:

@@ -32,13 +32,13 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from tqdm import tqdm
 
-from elfreg.data.templates import format_prompt
-from elfreg.sampling.answers import answer_for
 from elfreg.resources import check_fits, sampler_grid_need
 from elfreg.sampling.config import BATCH, SamplerConfig, w_for_task
 from elfreg.sampling.decode import detokenize
 from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
 from elfreg.sampling.pipeline import GenerationPipeline, prompt_limit
+from elfreg.tasks.formats import format_prompt
+from elfreg.tasks.registry import extract_for
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class ElfLM(LM):
                             drop_reg=_as(bool, "drop_reg", drop_reg),
                             seed=_as(int, "seed", seed), check_every=_as(int, "check_every", check_every),
                             patience=_as(int, "patience", patience), min_nfe=_as(int, "min_nfe", min_nfe),
-                            extract=str(extract) if extract is not None else answer_for(str(task) if task else None),
+                            extract=str(extract) if extract is not None else extract_for(str(task) if task else None),
                             **({} if sigma is None else {"sigma": _as(float, "sigma", sigma)}))
         check_fits(sampler_grid_need(cfg, self.batch_size, "rho, nfe or batch_size"))   # before loading
         self._rank, self._world_size = self._init_distributed()
@@ -121,11 +121,9 @@ class ElfLM(LM):
         self.model = self._load(pretrained, revision)
         if sigma is None:
             cfg = dataclasses.replace(cfg, sigma=self.model.config.objective.sigma)
-        from elfreg.sampling.cli import ElfModelEncoder
-
         self.template = self.model.prompt_template
         self.pipeline = GenerationPipeline(
-            self.model.student, ElfModelEncoder(self.model, formatted=self.prompt_format == "raw"),
+            self.model.student, self.model.prompt_encoder(self.prompt_format == "raw"),
             self.model.tokenizer, cfg, batch_size=self.batch_size,
             max_prompt_len=self.model.config.model.max_prompt_len)
         self.sampler_config = cfg

@@ -1,8 +1,8 @@
 """Time grids and samplers of ELF-REG (spec §5): full-span, prefix early-stop, re-noising, the adaptive exit;
 the one trajectory loop they share; generation pipeline."""
 
-from elfreg.sampling.answers import EXTRACTORS, answer_for, extractor, text_answers
 from elfreg.sampling.config import SAMPLERS, SamplerConfig, W_PRESETS, w_for_task
+from elfreg.sampling.decode import text_answers
 from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule, ExitTracker, nfe_summary
 from elfreg.sampling.grids import logit_normal_grid, master_grid, power_grid, sampler_grid, uniform_grid
 from elfreg.sampling.network import NFECount, NFECounter, StudentLike
@@ -10,6 +10,8 @@ from elfreg.sampling.pipeline import EncodedPrompts, GenerationPipeline, validat
 from elfreg.sampling.samplers import SampleOutput, response_positions, sample
 from elfreg.sampling.seeding import sample_generator, sample_seed
 from elfreg.sampling.trajectory import PathStep, Trajectory
+from elfreg.tasks.answers import EXTRACTORS, extractor
+from elfreg.tasks.registry import extract_for as answer_for
 
 __all__ = [
     "SAMPLERS", "SamplerConfig", "W_PRESETS", "w_for_task", "logit_normal_grid", "master_grid", "power_grid",

@@ -4,28 +4,23 @@ sample, into ``--out`` (resumable, sharded over torch.distributed ranks) or to s
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
 import sys
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 
+from elfreg import loading
 from elfreg.cliargs import device, error_line, input_file, model_ref, output_file
 from elfreg.fingerprint import add_restart_argument
-from elfreg.resources import check_fits, sampler_grid_need
-from elfreg.sampling.answers import EXTRACTORS
+from elfreg.moved import alias_module
 from elfreg.sampling.config import (BATCH, EXIT_RANGES, GRIDS, SAMPLER_RANGES, SAMPLERS, SAMPLES, W_PRESETS,
                                     SamplerConfig)
-from elfreg.sampling.exit import DEFAULT_EXIT, format_nfe_summary, nfe_summary
-from elfreg.sampling.results_io import read_records
-from elfreg.sampling.invariance import resolve_batch_invariant, scheme_for
-from elfreg.sampling.run import (PromptFile, claim_results_file, generate_to_file, generate_to_stream, inline_prompts,
-                                 note_results_file, read_prompts)
-from elfreg.sampling.text import TASKS, build_pipeline, sampler_config
+from elfreg.sampling.exit import DEFAULT_EXIT
+from elfreg.sampling.generate import GenerationJob, run_generation
+from elfreg.sampling.run import PromptFile, inline_prompts, read_prompts
+from elfreg.sampling.text import TASKS, sampler_config
+from elfreg.tasks.answers import EXTRACTORS
 
-PROMPT_FORMATS = ("template", "raw")
 OUTPUT_FORMATS = ("text", "jsonl")
 PRECISIONS = ("auto", "bf16", "fp32")
 
@@ -102,73 +97,23 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
                    help="the network's arithmetic: auto (bf16 on CUDA; on a CPU bf16 only where it measures faster "
                         "than fp32 at this model's shapes, once per machine), bf16 or fp32")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--prompt-format", default="template", choices=PROMPT_FORMATS,
+    p.add_argument("--prompt-format", default="template", choices=loading.PROMPT_FORMATS,
                    help="template: each prompt is a bare question, put inside the model's saved prompt template "
                         "(default); raw: prompts are already formatted and are encoded unchanged")
 
 
-def sampler_config_from_args(args: argparse.Namespace) -> SamplerConfig:
-    """SamplerConfig from parsed arguments (ValueError naming the field on bad input)."""
-    return sampler_config(task=args.task, w=args.w, extract=args.extract, sigma=args.sigma, sampler=args.sampler,
-                          nfe=args.nfe, rho=args.rho, grid=args.grid, p=args.p, eta=args.eta, drop_reg=args.drop_reg,
-                          seed=args.seed, check_every=args.check_every, patience=args.patience, min_nfe=args.min_nfe)
+def sampler_config_from_args(args: argparse.Namespace, **given: Any) -> SamplerConfig:
+    """SamplerConfig from parsed arguments, a sampler setting in ``given`` (e.g. a protocol run's) overriding its flag;
+    ValueError naming the field on bad input."""
+    flags = dict(task=args.task, w=args.w, extract=args.extract, sigma=args.sigma, sampler=args.sampler, nfe=args.nfe,
+                 rho=args.rho, grid=args.grid, p=args.p, eta=args.eta, drop_reg=args.drop_reg, seed=args.seed,
+                 check_every=args.check_every, patience=args.patience, min_nfe=args.min_nfe)
+    return sampler_config(**{**flags, **{k: v for k, v in given.items() if k in flags}})
 
 
 def prompts_file(text: str) -> str:
     """``--prompts``: an existing file (cliargs.input_file), or ``-`` for stdin."""
     return text if text == "-" else input_file(text)
-
-
-@dataclass
-class LoadedModel:
-    """What generation needs from a model folder."""
-
-    network: Any
-    encoder: Any
-    tokenizer: Any
-    max_prompt_len: int | None = None
-    sigma: float | None = None   # the training noise scale, used when --sigma is not given
-    prompt_template: str | None = None  # the template the encoder puts each prompt in; None: prompts used as given
-
-
-class ElfModelEncoder:
-    """Prompt encoder over an ElfModel: cheap tokenisation for validation, encode_prompts for features.
-
-    Prompts go through the model's template unless ``formatted`` (both methods see the same text, so
-    validation counts exactly the tokens that are encoded).
-    """
-
-    def __init__(self, model: Any, formatted: bool = False) -> None:
-        self.model = model
-        self.formatted = formatted
-
-    def prompt_token_ids(self, prompts: list[str]) -> list[list[int]]:
-        return self.model.prompt_token_ids(prompts, formatted=self.formatted)
-
-    def encode_prompts(self, prompts: list[str]) -> Any:
-        return self.model.encode_prompts(prompts, formatted=self.formatted)
-
-
-def load_elf_model(model_dir: str, device: torch.device, prompt_format: str = "template") -> LoadedModel:
-    """Load an ElfModel folder (src/elfreg/hub.py): student, frozen encoder, tokenizer, prompt cap, sigma, template."""
-    from elfreg.hub import ElfModel
-
-    if prompt_format not in PROMPT_FORMATS:
-        raise ValueError(f"prompt_format: expected one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}")
-    model = ElfModel.from_pretrained(model_dir, device=device)
-    raw = prompt_format == "raw"
-    return LoadedModel(network=model.student, encoder=ElfModelEncoder(model, formatted=raw), tokenizer=model.tokenizer,
-                       max_prompt_len=model.config.model.max_prompt_len, sigma=model.config.objective.sigma,
-                       prompt_template=None if raw else model.prompt_template)
-
-
-def generation_device(args: argparse.Namespace) -> torch.device:
-    """The device generation runs on: ``--device``, else cuda:LOCAL_RANK when CUDA is there, else the CPU."""
-    if getattr(args, "device", None):
-        return torch.device(args.device)
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
 
 
 def prompts_of(args: argparse.Namespace) -> PromptFile:
@@ -178,62 +123,36 @@ def prompts_of(args: argparse.Namespace) -> PromptFile:
     return read_prompts(args.prompts, args.prompt_field)
 
 
-def cmd_generate(args: argparse.Namespace, load: Callable[[str, torch.device], LoadedModel] = load_elf_model) -> int:
+def generation_job(args: argparse.Namespace, cfg: SamplerConfig | None = None, **given: Any) -> GenerationJob:
+    """The run the parsed flags ask for: ``cfg`` as given (else built from the flags, ValueError naming the field),
+    ``given`` overriding any other setting."""
+    settings = dict(model=args.model, cfg=cfg or sampler_config_from_args(args), sigma=args.sigma,
+                    samples=args.samples, batch_size=args.batch_size, out=getattr(args, "out", None),
+                    prompt_field=getattr(args, "prompt_field", "prompt"),
+                    prompt_format=getattr(args, "prompt_format", "template"),
+                    precision=getattr(args, "precision", "auto"),
+                    batch_invariant=getattr(args, "batch_invariant", None), device=getattr(args, "device", None),
+                    restart=getattr(args, "restart", False), progress=not args.no_progress,
+                    output_format=getattr(args, "output_format", None), inline=bool(getattr(args, "prompt", None)))
+    return GenerationJob(**{**settings, **given})
+
+
+def cmd_generate(args: argparse.Namespace,
+                 load: Callable[[str, torch.device], loading.LoadedModel] = loading.load_elf_model) -> int:
     """Run `elfreg generate`; returns an exit code (2 for bad input, found before any generation)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    to_stdout = args.out is None
-    device = generation_device(args)
-    batch_invariant = resolve_batch_invariant(getattr(args, "batch_invariant", None), device)
+    def bad_input(exc: Exception) -> int:
+        print(f"elfreg generate: error: {error_line(exc, args)}", file=sys.stderr)
+        return 2
+
     try:
-        SAMPLES.check(args.samples, "--samples")
-        BATCH.check(args.batch_size, "--batch-size")
-        if to_stdout and world > 1:
-            raise ValueError("--out: a run over several processes (WORLD_SIZE > 1) writes into a file; give --out")
-        if getattr(args, "output_format", None) and not to_stdout:
-            raise ValueError("--format: chooses what goes to stdout without --out; --out is always JSONL")
-        cfg = sampler_config_from_args(args)
-        check_fits(sampler_grid_need(cfg, args.batch_size))   # the grids live on the CPU: known before loading
+        job = generation_job(args)
         prompts = prompts_of(args)
-        if not to_stdout and int(os.environ.get("RANK", "0")) == 0:  # before loading: an --out made with other settings is refused
-            claim_results_file(args, cfg, prompts, batch_invariant, scheme_for(batch_invariant, device))
     except (ValueError, FileNotFoundError) as exc:
-        print(f"elfreg generate: error: {error_line(exc, args)}", file=sys.stderr)
-        return 2
-    rank = 0
-    if world > 1 and not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
-    if world > 1:
-        rank = torch.distributed.get_rank()
-    prompt_format = getattr(args, "prompt_format", "template")
-    loaded = load(args.model, device, prompt_format)
-    if args.sigma is None and loaded.sigma is not None:
-        cfg = dataclasses.replace(cfg, sigma=loaded.sigma)
-    pipeline = build_pipeline(loaded.network, loaded.encoder, loaded.tokenizer, cfg, batch_size=args.batch_size,
-                              max_prompt_len=loaded.max_prompt_len, prompt_format=prompt_format,
-                              prompt_template=loaded.prompt_template, batch_invariant=batch_invariant,
-                              precision=getattr(args, "precision", "auto"))
-    if rank == 0 and not to_stdout:  # what auto chose here, and the measured ratio, beside the settings
-        note_results_file(args, pipeline.precision.record())
-    try:
-        pipeline.validate(prompts.prompts, prompts.source, prompts.lines)
-    except ValueError as exc:
-        print(f"elfreg generate: error: {error_line(exc, args)}", file=sys.stderr)
-        return 2
-    if to_stdout:
-        fmt = getattr(args, "output_format", None) or ("text" if getattr(args, "prompt", None) else "jsonl")
-        records = generate_to_stream(pipeline, prompts, sys.stdout, args.samples, fmt, progress=not args.no_progress)
-        spent = nfe_summary([r["nfe_spent"] for r in records])
-        print(f"elfreg generate: {len(records)} samples -> stdout; NFE per sample: {format_nfe_summary(spent)}",
-              file=sys.stderr)
-        return 0
-    try:
-        n = generate_to_file(pipeline, prompts, args.out, args.samples, rank=rank, world=world,
-                             progress=not args.no_progress)
-    finally:
-        if world > 1 and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-    if rank == 0:
-        print(f"elfreg generate: {n} new samples on rank 0 -> {args.out}", file=sys.stderr)
-        spent = nfe_summary([r["nfe_spent"] for r in read_records(args.out) if "nfe_spent" in r])
-        print(f"elfreg generate: NFE per sample in {args.out}: {format_nfe_summary(spent)}", file=sys.stderr)
-    return 0
+        return bad_input(exc)
+    return run_generation(job, prompts, load, bad_input)
+
+
+# The loader's old home (it is the model layer's: elfreg.loading; the encoder adapter is elfreg.hub's).
+__getattr__, _moved_dir = alias_module(__name__, {
+    "load_elf_model": "elfreg.loading:load_elf_model", "LoadedModel": "elfreg.loading:LoadedModel",
+    "ElfModelEncoder": "elfreg.hub:ElfModelEncoder"})

@@ -7,8 +7,9 @@ from typing import Any
 
 from elfreg.bounds import SEED, Range, check_ranges
 from elfreg.config import GUIDANCE, LOGIT_MEAN, LOGIT_STD, SIGMA
-from elfreg.sampling.answers import extractor
 from elfreg.sampling.exit import DEFAULT_EXIT, ExitRule
+from elfreg.tasks.answers import extractor
+from elfreg.tasks.registry import w_presets
 
 SAMPLERS = ("full-span", "early-stop", "renoise", "adaptive")
 GRIDS = ("logit-normal", "uniform")
@@ -30,10 +31,9 @@ BATCH = Range(1, 2 ** 16, integer=True)
 EXIT_RANGES = {"check_every": Range(1, NFE.hi, integer=True), "patience": Range(1, NFE.hi, integer=True),
                "min_nfe": Range(0, NFE.hi, integer=True)}
 
-# Inference self-conditioning guidance scale w per task (spec §5): 3 for GSM8K, 2 for code and MATH. MMLU: the
-# sources are silent; 2 is elfreg's choice (docs/evaluation.md), the same in `generate --task mmlu` and `eval run`.
-W_PRESETS: dict[str, float] = {"gsm8k": 3.0, "math": 2.0, "math500": 2.0, "code": 2.0,
-                               "humaneval": 2.0, "mbpp": 2.0, "mmlu": 2.0}
+# Inference self-conditioning guidance scale w per task (spec §5), from the task registry (elfreg.tasks.registry):
+# the same in `generate --task`, `eval run` and lm-eval.
+W_PRESETS: dict[str, float] = w_presets()
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class SamplerConfig:
     check_every: int = DEFAULT_EXIT["check_every"]   # decode the clean prediction every this many denoiser calls
     patience: int = DEFAULT_EXIT["patience"]         # stop once the answer repeated at this many consecutive checks
     min_nfe: int = DEFAULT_EXIT["min_nfe"]           # ... and at least this many NFE are spent
-    extract: str = "text"         # answer extractor the rule compares (elfreg.sampling.answers)
+    extract: str = "text"         # answer extractor the rule compares (elfreg.tasks.answers)
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:

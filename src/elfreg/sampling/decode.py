@@ -1,10 +1,15 @@
-"""Final decode (spec §5): decoder mode at t = 1 with zero self-conditioning, argmax, cut at the first EOS."""
+"""Final decode (spec §5): decoder mode at t = 1 with zero self-conditioning, argmax, cut at the first EOS; the
+adaptive exit rule's answers read from the decoded responses (spec §11)."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
+
+if TYPE_CHECKING:
+    from elfreg.sampling.exit import AnswerFn
+    from elfreg.tasks.answers import Extractor
 
 
 def decode_token_ids(network: Any, z: torch.Tensor, reg: torch.Tensor | None, w: torch.Tensor) -> torch.Tensor:
@@ -44,3 +49,22 @@ def response_token_ids(token_ids: torch.Tensor, prompt_mask: torch.Tensor, eos_i
 def detokenize(tokenizer: Any, rows: Sequence[Sequence[int]]) -> list[str]:
     """Text of each row of token ids, special tokens skipped."""
     return [tokenizer.decode(list(r), skip_special_tokens=True) for r in rows]
+
+
+def text_answers(tokenizer: Any, prompt_mask: torch.Tensor, extract: Extractor,
+                 finish: Callable[[int, list[int]], str] | None = None) -> AnswerFn:
+    """The adaptive rule's answer function on decoded token ids: each row's response up to its first EOS, as text
+    (special tokens skipped) or as ``finish(batch row, response ids)`` makes it (e.g. lm-eval's token cap and stop
+    strings), then ``extract``. prompt_mask (B, L) is the batch's, indexed by the rows the rule asks about.
+    """
+    mask = prompt_mask.cpu()
+    eos = int(tokenizer.eos_token_id)
+
+    def answer_of(ids, rows):
+        responses = response_token_ids(ids.cpu(), mask[list(rows)], eos)
+        if finish is None:
+            texts = detokenize(tokenizer, responses)
+        else:
+            texts = [finish(r, resp) for r, resp in zip(rows, responses)]
+        return [extract(t) for t in texts]
+    return answer_of

@@ -10,11 +10,11 @@ import torch
 
 from elfreg.config import ModelConfig
 from elfreg.precision import Precision, resolve, student_workload
-from elfreg.sampling.answers import extractor, text_answers
 from elfreg.sampling.config import SamplerConfig
-from elfreg.sampling.decode import detokenize, response_token_ids
+from elfreg.sampling.decode import detokenize, response_token_ids, text_answers
 from elfreg.sampling.network import NFECounter, StudentLike
 from elfreg.sampling.samplers import sample
+from elfreg.tasks.answers import extractor
 
 Key = tuple[int, int]  # (prompt_index, sample_index)
 

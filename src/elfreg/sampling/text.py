@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from elfreg.sampling.answers import TASK_EXTRACTORS, answer_for
-from elfreg.sampling.config import W_PRESETS, SamplerConfig, task_w
+from elfreg.sampling.config import SamplerConfig, task_w
 from elfreg.sampling.pipeline import GenerationPipeline
+from elfreg.tasks.registry import extract_for, task_names
 
-# A task names its w preset (else w = 3) and its answer extractor (else the whole text).
-TASKS = tuple(sorted(set(W_PRESETS) | set(TASK_EXTRACTORS)))
+# A task names its w preset (else w = 3) and its answer extractor (else the whole text): elfreg.tasks.registry.
+TASKS = task_names()
 
 
 def sampler_config(*, task: str | None = None, w: float | None = None, extract: str | None = None,
@@ -28,7 +28,7 @@ def sampler_config(*, task: str | None = None, w: float | None = None, extract: 
     if unknown:
         raise ValueError(f"{unknown[0]}: not a sampler setting; the settings are "
                          f"{', '.join(SamplerConfig.__dataclass_fields__)}")
-    return SamplerConfig(w=task_w(task) if w is None else w, extract=extract or answer_for(task),
+    return SamplerConfig(w=task_w(task) if w is None else w, extract=extract or extract_for(task),
                          sigma=SamplerConfig.sigma if sigma is None else sigma, **fields)
 
 
@@ -52,9 +52,7 @@ def build_pipeline(network: Any, encoder: Any, tokenizer: Any, cfg: SamplerConfi
 def model_pipeline(model: Any, cfg: SamplerConfig, *, batch_size: int = 16, formatted: bool = False,
                    batch_invariant: bool | None = None, precision: Any = "auto") -> GenerationPipeline:
     """``build_pipeline`` over an ElfModel: its student, its encoder (the saved template unless ``formatted``)."""
-    from elfreg.sampling.cli import ElfModelEncoder
-
-    return build_pipeline(model.student, ElfModelEncoder(model, formatted=formatted), model.tokenizer, cfg,
+    return build_pipeline(model.student, model.prompt_encoder(formatted), model.tokenizer, cfg,
                           batch_size=batch_size, max_prompt_len=model.config.model.max_prompt_len,
                           prompt_format="raw" if formatted else "template",
                           prompt_template=None if formatted else model.prompt_template,

@@ -54,14 +54,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"elfreg serve: error: {exc.name} is not installed; pip install \"elfreg[serve]\"", file=sys.stderr)
         return 2
     from elfreg.hub import ElfModel
-    from elfreg.sampling.cli import generation_device
+    from elfreg.loading import generation_device
     from elfreg.sampling.text import model_sampler_config
     from elfreg.serve.app import Server, ServeSettings, create_app
 
     settings = ServeSettings(model_name=args.served_model_name or str(args.model), defaults=settings_of(args),
                              max_batch=args.max_batch, max_wait_ms=args.max_wait_ms)
     try:
-        model = ElfModel.from_pretrained(args.model, device=generation_device(args))
+        model = ElfModel.from_pretrained(args.model, device=generation_device(args.device))
         model_sampler_config(model, **settings.defaults)   # bad defaults fail here, naming the field
         server = Server(model, settings, args.batch_invariant, args.precision)
     except (ValueError, OSError) as exc:

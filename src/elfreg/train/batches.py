@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from elfreg.data import BadRowError, CanvasConfig, CanvasStats, ExampleStream, build_canvas, collate
-from elfreg.data.templates import apply_template
+from elfreg.tasks.formats import apply_template
 from elfreg.objective import TrainBatch
 from elfreg.train.features import CachedFeatures, raw_batch
 from elfreg.train.rng import example_seed

@@ -161,7 +161,7 @@ class CachedFeatures:
         from safetensors.torch import load_file, save_file
 
         from elfreg.data import build_canvas
-        from elfreg.data.templates import apply_template
+        from elfreg.tasks.formats import apply_template
 
         rows = list(rows)
         folder = Path(cache_dir) / cache_key(backbones.cfg, canvas_cfg, task, rows_hash(rows), need_teacher)

@@ -82,7 +82,7 @@ def count_lengths(examples: Iterable[dict], task: str, tokenizer: Any, add_speci
     the lengths and the overflow they imply are those of the run; no features, no canvases are built.
     """
     from elfreg.data.sources import BadRowError
-    from elfreg.data.templates import apply_template
+    from elfreg.tasks.formats import apply_template
 
     prompt_n: list[int] = []
     response_n: list[int] = []

@@ -23,7 +23,7 @@ import torch
 from elfreg import precision
 from elfreg.atomic import atomic_write_text
 from elfreg.configtools import ConfigError, dump_yaml, to_dict
-from elfreg.data.templates import prompt_template
+from elfreg.tasks.formats import prompt_template
 from elfreg.fingerprint import move_aside
 from elfreg.hub import ElfModel, check_shapes
 from elfreg.jsontext import dumps

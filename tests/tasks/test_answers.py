@@ -1,6 +1,6 @@
 import pytest
 
-from elfreg.eval.answers import extract_choice, extract_gsm8k, normalize_number, numbers_equal
+from elfreg.tasks.answers import extract_choice, extract_gsm8k, extractor, normalize_number, numbers_equal
 
 
 def test_gsm8k_marker_wins_over_later_numbers():
@@ -58,3 +58,25 @@ RATIONALES = [
 @pytest.mark.parametrize("text, letter", RATIONALES)
 def test_mmlu_letter_of_hand_written_rationales(text, letter):
     assert extract_choice(text) == letter
+
+
+# The extractors by name (--extract, the task registry): what the adaptive exit compares.
+@pytest.mark.parametrize("name, text, want", [
+    ("gsm8k", "so 3 + 15 = 18\n#### 18.00", "18"),
+    ("gsm8k", "The answer is 1,234.50", "1234.5"),
+    ("gsm8k", "no number here", None),
+    ("math", "thus \\boxed{\\frac{1}{2}} and \\boxed{3}", "3"),
+    ("math", "no box", None),
+    ("choice", "The answer is (C).", "C"),
+    ("final-line", "3+4=7,7-2=5\n#### 5", "5"),
+    ("final-line", "3+4=7,7-2=5", None),
+    ("text", "  def f():\n    return 1 \n", "def f():\n    return 1"),
+    ("text", "   ", None),
+])
+def test_extractors(name, text, want):
+    assert extractor(name)(text) == want
+
+
+def test_unknown_extractor_names_the_field():
+    with pytest.raises(ValueError, match="^extract: unknown answer extractor 'regex'"):
+        extractor("regex")

@@ -1,7 +1,7 @@
 import pytest
 
 from elfreg.data.sources import BadRowError
-from elfreg.data.templates import (MATH_PROMPT, apply_template, extract_final_answer, format_math_response,
+from elfreg.tasks.formats import (MATH_PROMPT, apply_template, extract_final_answer, format_math_response,
                                    format_prompt, last_boxed, prompt_template, validate_template)
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from elfreg.demo import arith
-from elfreg.demo.benchmark import load_demo_arith, load_demo_chain
+from elfreg.tasks import arith
+from elfreg.eval.demo_benchmarks import load_demo_arith, load_demo_chain
 from elfreg.diagnose.tasks import resolve_task
 from elfreg.eval.datasets import load_benchmark
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from elfreg.demo.answers import extract_answer
-from elfreg.demo.arith import (ArithProblem, ArithTaskConfig, all_problems, chain_correct,
+from elfreg.tasks.synthetic import extract_answer
+from elfreg.tasks.arith import (ArithProblem, ArithTaskConfig, all_problems, chain_correct,
                                format_prompt, make_split, reference_response, score, split_of, worked_steps)
 
 
@@ -75,7 +75,7 @@ def test_bad_inputs():
 def test_tokenised_lengths_fit_canvas():
     from helpers import smollm2_tokenizer
     from elfreg.data.canvas import CanvasConfig, build_canvas
-    from elfreg.data.templates import apply_template
+    from elfreg.tasks.formats import apply_template
 
     tok = smollm2_tokenizer()
     cfg = ArithTaskConfig()

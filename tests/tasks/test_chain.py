@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from elfreg.demo.answers import extract_answer
-from elfreg.demo.task import (ChainProblem, ChainTaskConfig, chain_correct, format_prompt, make_split,
+from elfreg.tasks.synthetic import extract_answer
+from elfreg.tasks.chain import (ChainProblem, ChainTaskConfig, chain_correct, format_prompt, make_split,
                               random_problem, reference_response, score, split_of)
 
 

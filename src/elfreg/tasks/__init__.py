@@ -1,0 +1,7 @@
+"""What elfreg knows about its tasks, torch-free: how each is asked (:mod:`.formats`), how its answers are read and
+judged (:mod:`.answers`, :mod:`.mathcheck`), one record per task (:mod:`.registry`), the synthetic tasks of the demo
+(:mod:`.arith`, :mod:`.chain`, :mod:`.synthetic`) and the shipped benchmark files (``benchdata/``).
+
+Every layer above (data, sampling, eval, diagnose, the demo, lm-eval) reads task knowledge from here; nothing here
+imports them.
+"""
