@@ -183,6 +183,7 @@ def _save_plain(model: nn.Module, folder: Path) -> None:
 
 
 def num_blocks(config) -> int | None:
+    """The number of transformer blocks a Hugging Face config declares (None when it names none)."""
     return getattr(config, "num_hidden_layers", None) or getattr(config, "num_layers", None)
 
 

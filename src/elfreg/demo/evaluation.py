@@ -75,22 +75,28 @@ def per_problem(texts: list[str], problems: list, task: ModuleType) -> tuple[lis
     return ([int(task.score(s, p)) for s, p in zip(texts, problems, strict=True)],
             [int(task.chain_correct(s, p)) for s, p in zip(texts, problems, strict=True)])
 
+
 def accuracy(texts: list[str], problems: list, task: ModuleType) -> tuple[float, float]:
     """(exact final answer, whole worked solution right) fractions of ``texts`` against their problems."""
     right, chain_right = per_problem(texts, problems, task)
     return sum(right) / len(problems), sum(chain_right) / len(problems)
 
+
 def sampler_config(model: ElfModel, cfg: DemoConfig, sampler_name: str, nfe: int, seed: int) -> SamplerConfig:
+    """The demo's sampler settings for one cell: its w and rho, the model's training sigma, the final-line answer."""
     ev = cfg.eval
     return SamplerConfig(sampler=sampler_name, nfe=nfe, rho=ev.rho, w=ev.w, sigma=model.config.objective.sigma,
                          seed=seed, extract="final-line")
 
+
 CELL_LISTS = ("acc", "chain_acc", "correct", "exit_time", "seconds", "nfe_mean")
+
 
 def eval_cells(cfg: DemoConfig) -> list[tuple[str, int]]:
     """(sampler, NFE) of every evaluated cell: each sampler at each NFE, then the adaptive exit at each max NFE."""
     ev = cfg.eval
     return [(s, n) for s in ev.samplers for n in ev.nfes] + [("adaptive", n) for n in ev.adaptive_nfes]
+
 
 def merge_evals(evals: dict[int, dict]) -> dict:
     """One variant's evaluations of several training seeds {seed: evaluate(...)} as one set of cells.
@@ -118,11 +124,13 @@ def merge_evals(evals: dict[int, dict]) -> dict:
         out["cells"].append(cell)
     return out
 
+
 def encode_test(model: ElfModel, rows: list[dict]) -> tuple[torch.Tensor, torch.Tensor, float]:
     """(features, mask, seconds) of the test prompts, through the model's encoder."""
     t0 = time.perf_counter()
     x, mask, _ = model.encode_prompts([apply_template(r, "math")[0] for r in rows], formatted=True)
     return x, mask, time.perf_counter() - t0
+
 
 def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig, progress,
              encoded: tuple[torch.Tensor, torch.Tensor, float]) -> dict:
@@ -151,6 +159,7 @@ def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig,
         cell["std"] = statistics.stdev(cell["acc"]) if len(cell["acc"]) > 1 else 0.0
         out["cells"].append(cell)
     return out
+
 
 class AccuracyCurve:
     """Trainer hook: every ``eval.curve_every`` steps and at the last one, test accuracy of the current EMA weights.
@@ -195,6 +204,7 @@ class AccuracyCurve:
         self.points.append({"step": step, "acc": acc, "chain_acc": chain_acc})
         append_line(self.path, dumps(self.points[-1]))
         log.info("step %d: test exact match %.3f (early-stop %d NFE, EMA)", step, acc, ev.main_nfe)
+
 
 def read_points(path: Path) -> list[dict]:
     """The curve points saved in ``path`` (none if it is missing); a torn last line from a kill is dropped."""

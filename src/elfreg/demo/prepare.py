@@ -33,6 +33,7 @@ def task_module(cfg: DemoConfig) -> ModuleType:
     return arith if cfg.task.kind == "arith" else chain
 
 def task_config(cfg: DemoConfig) -> arith.ArithTaskConfig | chain.ChainTaskConfig:
+    """The configured task's own settings (difficulty, split sizes, seed)."""
     return cfg.task.task_config()
 
 def task_rows(problems: list, task: ModuleType) -> list[dict]:

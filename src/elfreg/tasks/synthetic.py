@@ -14,6 +14,8 @@ extract_answer = extract_final_answer
 
 
 class HasAnswer(Protocol):
+    """A problem with its reference answer as text."""
+
     @property
     def answer(self) -> str: ...
 

@@ -53,6 +53,8 @@ class TrainingDiverged(RuntimeError):
 
 @dataclass
 class TrainResult:
+    """What a training run leaves: its last step, output folder, final model, last checkpoint and logged history."""
+
     step: int
     output: Path
     model_dir: Path | None
