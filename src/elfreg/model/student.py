@@ -183,8 +183,9 @@ class ElfStudent(nn.Module):
         row count and splits rows over threads, and elementwise kernels (silu, exp) give the elements at the end of
         each thread's share to a scalar loop that rounds differently; all of that moves with the batch size, and
         after 64 sampler steps some argmaxes flipped. In chunks of one shape, a call is always the same kernels on the
-        same shapes; whether a row's result also does not depend on its place in the chunk is the kernels' affair
-        (``elfreg.sampling.invariance`` checks it before using size > 1). Decoder rows given as a mask get the vocab
+        same shapes; whether a row's result also does not depend on its place in the chunk is the kernels' affair: a
+        GPU's kernels keep it (tests/sampling/test_cuda_sampling.py checks it there, the only device that uses chunks
+        of more than one row), CPU kernels do not promise it (AVX2 kernels round a row by its place). Decoder rows given as a mask get the vocab
         head over the whole chunk, so its shape is fixed too.
         """
         def chunk(a: Tensor | None, s: slice, n: int, fill: float = 0.0) -> Tensor | None:
