@@ -45,7 +45,10 @@ def _setup(variant: str, out: Path, precision: str | None = None, optimizer: str
 
     from elfreg.config import BackboneConfig
     from elfreg.demo.config import DemoConfig
-    from elfreg.demo.runs import run_config
+    try:
+        from elfreg.demo.runs import run_config
+    except ImportError:  # a --base checkout from before the demo's runner was split
+        from elfreg.demo.run import run_config
     from elfreg.train import CachedFeatures
     from elfreg.train.trainer import Trainer
 
