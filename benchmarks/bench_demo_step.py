@@ -15,6 +15,7 @@ same load.
     PYTHONPATH=src python benchmarks/bench_demo_step.py --profile   # torch.profiler tables by operator / module
     PYTHONPATH=src python benchmarks/bench_demo_step.py --lanes     # two runs side by side, as the demo trains
     PYTHONPATH=src python benchmarks/bench_demo_step.py --phases    # where a step's time goes
+    PYTHONPATH=src python benchmarks/bench_demo_step.py --anatomy   # its GEMMs at their own shapes vs the rest
 
 A CPU without native bf16 (AVX2 only) is emulated on one that has it by
 ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`` (docs/performance.md).
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -193,6 +195,77 @@ def profile(threads: int, steps: int, precision: str | None = None) -> None:
         print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=25))
 
 
+def anatomy(threads: int, steps: int, precision: str | None = None) -> None:
+    """A step against its own matrix products: every aten call of one step is recorded (a TorchDispatchMode), each
+    GEMM shape is then timed alone (fp32, CPU time), and the step (median CPU time of ``steps``) is split into its
+    GEMMs at their own shapes and the rest, with the count of the other operator calls. The limit of the default
+    mode prices the FLOPs at a 512^3 product's rate; this prices them at the shapes the step really multiplies, so
+    the part of the gap that the shapes explain and the part that the other calls cost are told apart."""
+    import collections
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    torch.set_num_threads(threads)
+    tmp = Path(tempfile.mkdtemp())
+
+    class Calls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: collections.Counter = collections.Counter()
+            self.gemms: collections.Counter = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func._overloadpacket.__name__
+            self.ops[name] += 1
+            if name in ("mm", "bmm"):
+                self.gemms[(tuple(args[0].shape), tuple(args[1].shape))] += 1
+            elif name in ("addmm", "baddbmm"):
+                self.gemms[(tuple(args[1].shape), tuple(args[2].shape))] += 1
+            return func(*args, **(kwargs or {}))
+
+    def cpu_per_call(fn, seconds: float = 0.05) -> float:
+        for _ in range(3):
+            fn()
+        t0, n = time.process_time(), 0
+        while time.process_time() - t0 < seconds:
+            fn()
+            n += 1
+        return (time.process_time() - t0) / n
+
+    g = torch.Generator().manual_seed(0)
+    big = torch.randn(GEMM, GEMM, generator=g), torch.randn(GEMM, GEMM, generator=g)
+    rate = 2 * GEMM ** 3 / cpu_per_call(lambda: torch.mm(*big), 0.3)
+    print(f"the step against its own matrix products: {threads} thread(s), CPU time, fp32 {GEMM}^3 GEMM "
+          f"{rate / 1e9:.1f} GFLOP/s")
+    for variant in ("ELF", "ELF-REG"):
+        trainer, _ = _setup(variant, tmp / variant, precision)
+        for i in range(5):
+            trainer.step_once(i)
+        step_times = []
+        for i in range(steps):
+            c0 = time.process_time()
+            trainer.step_once(5 + i)
+            step_times.append(time.process_time() - c0)
+        step = statistics.median(step_times)
+        calls = Calls()
+        with calls:
+            trainer.step_once(5 + steps)
+        gemm_time = flops = 0.0
+        for (a, b), n in calls.gemms.items():
+            x, y = torch.randn(*a, generator=g), torch.randn(*b, generator=g)
+            gemm_time += n * cpu_per_call(lambda x=x, y=y: torch.matmul(x, y))
+            flops += n * 2 * math.prod(a) * b[-1]
+        n_gemm = sum(calls.gemms.values())
+        others = sum(calls.ops.values()) - n_gemm
+        rest = step - gemm_time
+        print(f"{variant:8s} step {1e3 * step:6.1f} ms = GEMMs {1e3 * gemm_time:5.1f} ms ({n_gemm} calls, "
+              f"{flops / 1e9:.2f} GFLOP, {flops / gemm_time / 1e9:.1f} GFLOP/s at their own shapes; at the "
+              f"{GEMM}^3 rate {1e3 * flops / rate:.1f} ms) + the rest {1e3 * rest:6.1f} ms ({others} other operator "
+              f"calls, {1e6 * rest / others:.0f} us each)")
+        print(f"{'':9s}most frequent calls: " + ", ".join(f"{k} {v}" for k, v in calls.ops.most_common(8)))
+
+
 def step_phases(threads: int, steps: int, precision: str | None = None) -> None:
     """Where a step's time goes, as multiples of the bare forward + backward: the student's calls without gradient
     (the self-conditioning passes) and with it, the backward, the optimisers, the EMA, the batch and its draws, and
@@ -341,6 +414,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--lanes", action="store_true", help="two runs side by side vs one after the other")
     ap.add_argument("--phases", action="store_true", help="where a step's time goes, against the bare pass")
+    ap.add_argument("--anatomy", action="store_true",
+                    help="the step split into its GEMMs, timed alone at their own shapes, and its other calls")
     args = ap.parse_args()
     if args.worker:
         return worker(args.threads, args.precision)
@@ -350,6 +425,8 @@ def main() -> None:
         return lanes(args.threads, args.steps, args.rounds)
     if args.phases:
         return step_phases(args.threads, args.steps, args.precision)
+    if args.anatomy:
+        return anatomy(args.threads, args.steps, args.precision)
     new_src = str(HERE.parents[1] / "src")
     sides = {"new": Side(new_src, args.threads, args.precision)}
     if args.base:
