@@ -322,11 +322,14 @@ def step_phases(threads: int, steps: int, precision: str | None = None) -> None:
 
 def lanes(threads: int, steps: int, rounds: int) -> None:
     """Training throughput of two runs: one after the other on ``threads`` threads; side by side as threads of one
-    process (elfreg.demo.run.side_by_side, as the demo trains) with threads / 2 each; side by side as two processes
+    process (elfreg.demo.runner.side_by_side, as the demo trains) with threads / 2 each; side by side as two processes
     with threads / 2 each. Interleaved rounds, medians; each figure is ms per step of one run."""
     import torch
 
-    from elfreg.demo.run import side_by_side
+    try:
+        from elfreg.demo.runner import side_by_side
+    except ImportError:  # a --base checkout from before the demo's runner was renamed
+        from elfreg.demo.run import side_by_side
 
     tmp = Path(tempfile.mkdtemp())
     procs = [Side(str(HERE.parents[1] / "src"), threads // 2) for _ in range(2)]

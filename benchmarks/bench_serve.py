@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from elfreg.backbones import smollm2_gguf  # noqa: E402
 from elfreg.config import BackboneConfig, ElfRegConfig, ModelConfig, ObjectiveConfig  # noqa: E402
 from elfreg.demo.config import DemoBackbones, DemoStudent  # noqa: E402
-from elfreg.hub import ElfModel  # noqa: E402
+from elfreg.pretrained import ElfModel  # noqa: E402
 
 
 def demo_sized_model(folder: Path) -> ElfModel:

@@ -616,9 +616,9 @@ def end_to_end(ctx: Context, student, m, deadline: Deadline) -> dict:
     from synthetic import word_text
 
     from elfreg.config import ElfRegConfig, ObjectiveConfig
-    from elfreg.hub import ElfModel
+    from elfreg.pretrained import ElfModel
     from elfreg.sampling import GenerationPipeline, SamplerConfig, w_for_task
-    from elfreg.hub import ElfModelEncoder
+    from elfreg.pretrained import ElfModelEncoder
     from elfreg.stats import FeatureStats
 
     s = ctx.sizes

@@ -85,7 +85,7 @@ def measure(run: Path, cfg: DemoConfig, variants: list[str], seeds: list[int], f
     from elfreg.backbones import Backbones
     from elfreg.demo.evaluation import encode_test, per_problem, sample_texts_nfe, sampler_config
     from elfreg.demo.prepare import backbone_config, task_config, task_module, task_rows
-    from elfreg.hub import ElfModel
+    from elfreg.pretrained import ElfModel
 
     torch.set_num_threads(threads)
     task, tcfg = task_module(cfg), task_config(cfg)
@@ -269,7 +269,7 @@ def main() -> None:
 
     cfg = demo_config(False, merged_overrides(args.overrides))
     if not args.no_train:
-        from elfreg.demo.run import run_demo
+        from elfreg.demo.runner import run_demo
 
         run_demo(cfg, args.run, progress=False)
     path = measure(args.run, cfg, args.variants, args.seeds, tuple(args.fixed), tuple(args.max_nfe), args.threads)

@@ -40,7 +40,7 @@ def measure(positions: str, out: Path, threads: int, overrides: list[str], eval_
                                      task_rows)
     from elfreg.demo.runs import run_config
     from elfreg.tasks.formats import apply_template
-    from elfreg.hub import ElfModel
+    from elfreg.pretrained import ElfModel
     from elfreg.train import CachedFeatures
     from elfreg.train.features import unpadded_response_mask
     from elfreg.train.trainer import Trainer

@@ -57,7 +57,7 @@ def search(args: argparse.Namespace) -> None:
     from elfreg.demo.cli import demo_config
     from elfreg.demo.config import VARIANTS
     from elfreg.demo.prepare import prepare
-    from elfreg.demo.run import side_by_side
+    from elfreg.demo.runner import side_by_side
     from elfreg.demo.runs import train_run
 
     out = Path(args.out)

@@ -87,7 +87,7 @@ def make_tiny_elf_model(folder: Path, lm_dir: Path, seed: int = 0) -> Path:
 
     from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
     from elfreg.demo.config import DemoStudent
-    from elfreg.hub import ElfModel
+    from elfreg.pretrained import ElfModel
 
     demo = DemoStudent()
     tok = AutoTokenizer.from_pretrained(lm_dir)

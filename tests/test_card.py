@@ -12,7 +12,7 @@ from huggingface_hub import ModelCard
 from elfreg.card import hub_model_id, read_card, record_results, summary_results
 from elfreg.cli import main
 from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 
 REPO_CONFIG = str(Path(__file__).resolve().parents[1] / "configs/tiny-smoke.yaml")
 

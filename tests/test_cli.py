@@ -65,7 +65,7 @@ def _elf_model(folder: Path, encoder: str = "x/y") -> Path:
     import torch
 
     from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
-    from elfreg.hub import ElfModel
+    from elfreg.pretrained import ElfModel
     from elfreg.stats import FeatureStats
 
     cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
@@ -166,11 +166,11 @@ def _interrupt(*_, **__):
     (["eval", "score", "--benchmark", "gsm8k", "--completions", "{t}/c.jsonl", "--out", "{t}/o", "--allow-subset"],
      "elfreg.eval.cli.score_completions", "the rows already in {t}/o (scored; eval run: generated too) are kept"),
     (["generate", "--model", "{t}/model", "--prompts", "{t}/p.jsonl", "--out", "{t}/o.jsonl"],
-     "elfreg.hub.ElfModel.from_pretrained", "the samples already in {t}/o.jsonl are kept"),
+     "elfreg.pretrained.ElfModel.from_pretrained", "the samples already in {t}/o.jsonl are kept"),
     (["train", "--config", str(REPO / "configs/tiny-smoke.yaml"), "--output", "{t}/run",
       "backbones.encoder={t}/folder", "backbones.teacher={t}/folder"],
      "elfreg.train.trainer.train", "the complete checkpoints in {t}/run are kept"),
-    (["demo", "--out", "{t}/demo"], "elfreg.demo.run.run_demo", "the finished stages in {t}/demo are kept"),
+    (["demo", "--out", "{t}/demo"], "elfreg.demo.runner.run_demo", "the finished stages in {t}/demo are kept"),
 ], ids=lambda a: a[0] if isinstance(a, list) else "")
 def test_ctrl_c_is_one_line_saying_what_was_kept_and_how_to_resume(capsys, monkeypatch, files, argv, target, kept):
     monkeypatch.setattr(target, _interrupt)
@@ -329,7 +329,7 @@ def _documented_tasks() -> dict[str, set[str]]:
 
 def test_every_documented_task_is_accepted():
     from elfreg.diagnose.tasks import resolve_task
-    from elfreg.sampling.cli import sampler_config_from_args
+    from elfreg.sampling.flags import sampler_config_from_args
 
     documented = _documented_tasks()
     assert {"gsm8k", "math", "code", "humaneval", "mbpp", "mmlu", "math500", "demo-arith"} <= documented["generate"]
@@ -527,7 +527,8 @@ def test_a_student_or_batch_that_cannot_fit_is_refused_before_the_backbones_load
 
 
 def test_the_sampler_grid_that_cannot_fit_is_refused_before_the_model_loads(capsys, files, monkeypatch):
-    monkeypatch.setattr("elfreg.hub.ElfModel.from_pretrained", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr("elfreg.pretrained.ElfModel.from_pretrained",
+                        lambda *a, **k: pytest.fail("the model was loaded"))
     line = _one_line(capsys, "generate", "--model", "m", "--prompts", files / "p.jsonl", "--out", files / "o.jsonl",
                      "--rho", "65536", "--nfe", "65536")
     assert line.startswith("elfreg generate: error: the master grid of 4,294,967,296 points needs at least 137.4 GB "

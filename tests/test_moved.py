@@ -23,6 +23,38 @@ MOVED = [
                 "AccuracyCurve", "read_points")],
     *[("elfreg.demo.run", n, "elfreg.demo.runs", n)
       for n in ("DEMO_ONLY", "run_config", "stop_hook", "WARMUP_STEPS", "TIMED_STEPS", "BARRIER_TIMEOUT_S")],
+    # the demo's runner itself (elfreg.demo.run -> elfreg.demo.runner), and the names it imported from their homes
+    *[("elfreg.demo.run", n, "elfreg.demo.runner", n)
+      for n in ("run_demo", "side_by_side", "time_lanes", "PLAN_FILE", "saved_plan", "make_plan", "train_all",
+                "evaluate_all", "train_and_evaluate", "claim_runs")],
+    *[("elfreg.demo.run", n, "elfreg.demo.prepare", n) for n in ("DemoData", "prepare", "with_training_precision")],
+    *[("elfreg.demo.run", n, "elfreg.demo.evaluation", n) for n in ("encode_test", "eval_cells", "evaluate",
+                                                                    "merge_evals")],
+    *[("elfreg.demo.run", n, "elfreg.demo.runs", n) for n in ("Stopped", "lane_order", "run_fingerprint", "done_steps",
+                                                              "time_run", "train_run")],
+    ("elfreg.demo.run", "LanePool", "elfreg.demo.lanes", "LanePool"),
+    # ElfModel's module (elfreg.hub -> elfreg.pretrained); the hub access it re-exported is elfreg.hubaccess'
+    *[("elfreg.hub", n, "elfreg.pretrained", n) for n in ("ElfModel", "ElfModelEncoder", "FORMAT_VERSION",
+                                                          "check_shapes")],
+    *[("elfreg.hub", n, "elfreg.hubaccess", n) for n in ("FILES", "hub_unreachable", "resolve_model_dir")],
+    ("elfreg.hub", "LEGACY_PROMPT_TEMPLATE", "elfreg.tasks.formats", "LEGACY_PROMPT_TEMPLATE"),
+    # the generate command (elfreg.sampling.cli -> elfreg.generate.cli), the sampler flags it shares with eval run
+    # and serve (elfreg.sampling.flags), generation's own types (elfreg.sampling.generate)
+    *[("elfreg.sampling.cli", n, "elfreg.generate.cli", n)
+      for n in ("register", "cmd_generate", "prompts_file", "prompts_of", "OUTPUT_FORMATS")],
+    *[("elfreg.sampling.cli", n, "elfreg.sampling.flags", n)
+      for n in ("add_sampler_arguments", "sampler_config_from_args", "generation_job", "PRECISIONS")],
+    *[("elfreg.sampling.cli", n, "elfreg.sampling.generate", n)
+      for n in ("LoadedModel", "GenerationJob", "run_generation")],
+    ("elfreg.sampling.cli", "load_elf_model", "elfreg.loading", "load_elf_model"),
+    ("elfreg.sampling.cli", "ElfModelEncoder", "elfreg.pretrained", "ElfModelEncoder"),
+    ("elfreg.sampling.cli", "read_prompts", "elfreg.sampling.files", "read_prompts"),
+    ("elfreg.sampling.cli", "sampler_config", "elfreg.sampling.text", "sampler_config"),
+    # a generation run's prompt and results files (elfreg.sampling.run -> elfreg.sampling.files)
+    *[("elfreg.sampling.run", n, "elfreg.sampling.files", n)
+      for n in ("PromptFile", "STDIN", "read_prompts", "inline_prompts", "iter_prompt_records", "part_path",
+                "fingerprint_path", "generation_settings", "claim_results_file", "note_results_file",
+                "generate_to_file", "generate_to_stream", "merge_parts")],
     ("elfreg.demo.report", "_cell", "elfreg.demo.claims", "find_cell"),
     ("elfreg.demo.report", "_fmt", "elfreg.demo.claims", "fmt_cell"),
     ("elfreg.demo.report", "_compare", "elfreg.demo.claims", "compare"),
@@ -48,11 +80,16 @@ KEPT = [
     ("elfreg.sandbox.sandbox", "SandboxError", "elfreg.sandbox.config"),
     ("elfreg.sandbox.sandbox", "RunResult", "elfreg.sandbox.collect"),
     ("elfreg.sandbox.sandbox", "machine_memory", "elfreg.sandbox.config"),
-    *[("elfreg.demo.run", n, "elfreg.demo.prepare") for n in ("DemoData", "prepare", "with_training_precision")],
-    *[("elfreg.demo.run", n, "elfreg.demo.evaluation") for n in ("encode_test", "eval_cells", "evaluate",
-                                                                 "merge_evals")],
-    *[("elfreg.demo.run", n, "elfreg.demo.runs") for n in ("Stopped", "lane_order", "run_fingerprint", "done_steps",
-                                                           "time_run", "train_run")],
+    *[("elfreg.demo.runner", n, "elfreg.demo.prepare")
+      for n in ("DemoData", "prepare", "with_training_precision")],
+    *[("elfreg.demo.runner", n, "elfreg.demo.evaluation") for n in ("encode_test", "eval_cells", "evaluate",
+                                                                    "merge_evals")],
+    *[("elfreg.demo.runner", n, "elfreg.demo.runs") for n in ("Stopped", "lane_order", "run_fingerprint",
+                                                              "done_steps", "time_run", "train_run")],
+    # generation's own types, below the model layer; the loader's module still offers them
+    *[("elfreg.loading", n, "elfreg.sampling.generate") for n in ("LoadedModel", "PROMPT_FORMATS",
+                                                                  "generation_device")],
+    ("elfreg.cli", "INTERRUPTED", "elfreg.ctrlc"),
     *[("elfreg.demo.report", n, "elfreg.demo.claims") for n in ("Claim", "claims")],
     *[("elfreg.train.trainer", n, "elfreg.train.setup") for n in ("run_stream", "count_rows", "plan_from_counts",
                                                                   "match_backbones", "check_backbones", "need_teacher")],

@@ -12,7 +12,7 @@ from huggingface_hub import ModelCard, constants
 
 from _mock_hub import MockHub
 from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 
 REPO = Path(__file__).resolve().parents[1]
 

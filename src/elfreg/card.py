@@ -156,7 +156,7 @@ def card_text(config: dict, template: str | None, training: dict | None, results
             "back to tokens.", "", "## Model", "", *_model_lines(config, template), "", "## Training", "",
             *_training_lines(training), "", "## Evaluation", "", *_result_lines(results), "", "## Use", "",
             "```bash", "pip install elfreg", "elfreg generate --model MODEL --prompt \"3+4-2=?\"", "```", "",
-            "```python", "from elfreg.hub import ElfModel", "model = ElfModel.from_pretrained(\"MODEL\")",
+            "```python", "from elfreg.pretrained import ElfModel", "model = ElfModel.from_pretrained(\"MODEL\")",
             "print(model.generate([\"3+4-2=?\"])[0])", "```", "",
             "(MODEL: this folder, or its Hub id.) The frozen encoder is loaded from the place its `config.json` "
             "records."]

@@ -9,13 +9,13 @@ import sys
 
 from elfreg import __version__
 from elfreg.cliargs import error_line, is_bad_input, walk_actions
-from elfreg.ctrlc import CtrlC
+from elfreg.ctrlc import INTERRUPTED, CtrlC
 
 # Each command's module exposes register(subparsers); listed explicitly so a broken import is an error, not a missing
 # command. A run imports its own command's module only: the others pull in matplotlib, lm-eval and more (seconds).
 COMMANDS = {
     "train": "elfreg.train.cli",
-    "generate": "elfreg.sampling.cli",
+    "generate": "elfreg.generate.cli",
     "data": "elfreg.data.cli",
     "diagnose": "elfreg.diagnose.cli",
     "demo": "elfreg.demo.cli",
@@ -24,21 +24,6 @@ COMMANDS = {
     "serve": "elfreg.serve.cli",
     "push": "elfreg.push",
 }
-
-# What a Ctrl-C leaves behind, by command ({out}: the output the command was given).
-INTERRUPTED = {
-    "train": "the complete checkpoints in {out} are kept; the same command resumes from the newest",
-    "generate": "the samples already in {out} are kept; the same command resumes (it skips them)",
-    "eval": "the rows already in {out} (scored; eval run: generated too) are kept; the same command resumes (it "
-            "skips them)",
-    "demo": "the finished stages in {out} are kept; the same command resumes",
-    "diagnose": "nothing was written (the outputs are written whole at the end); run the command again",
-    "data": "nothing was written (the outputs are written whole at the end); run the command again",
-    "lm-eval": "lm-eval keeps no partial results (unless --use_cache was given); run the command again",
-    "serve": "the server stopped; requests in flight were not answered",
-    "push": "a push is one commit: the repo holds the whole upload or none of it; run the command again",
-}
-
 
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (``elfreg generate: error: ...``), exit code 2."""

@@ -18,6 +18,20 @@ import threading
 from types import FrameType
 from typing import Callable
 
+# What a Ctrl-C leaves behind, by command ({out}: the output the command was given).
+INTERRUPTED = {
+    "train": "the complete checkpoints in {out} are kept; the same command resumes from the newest",
+    "generate": "the samples already in {out} are kept; the same command resumes (it skips them)",
+    "eval": "the rows already in {out} (scored; eval run: generated too) are kept; the same command resumes (it "
+            "skips them)",
+    "demo": "the finished stages in {out} are kept; the same command resumes",
+    "diagnose": "nothing was written (the outputs are written whole at the end); run the command again",
+    "data": "nothing was written (the outputs are written whole at the end); run the command again",
+    "lm-eval": "lm-eval keeps no partial results (unless --use_cache was given); run the command again",
+    "serve": "the server stopped; requests in flight were not answered",
+    "push": "a push is one commit: the repo holds the whole upload or none of it; run the command again",
+}
+
 _IMPORTING = "<frozen importlib._bootstrap"
 
 

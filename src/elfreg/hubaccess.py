@@ -1,6 +1,6 @@
 """The Hugging Face hub from elfreg's side, torch-free: whether it is reachable, and where a model's files are.
 
-A low module: the model layer (elfreg.hub), pushing (elfreg.push), the data commands and lm-eval read it, and it
+A low module: the model layer (elfreg.pretrained), pushing (elfreg.push), the data commands and lm-eval read it, and it
 reads none of them.
 """
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from elfreg.cli import main
-from elfreg.demo import run as demo_run
+from elfreg.demo import runner as demo_run
 from elfreg.demo.budget import Timing, consequences, curve_points, estimate, fit, run_seconds, schedule
 from elfreg.demo.cli import budget_minutes, budget_since, demo_config
 from elfreg.demo.report import write_report
@@ -184,7 +184,7 @@ def test_budget_since_must_be_a_recent_unix_time(bad, capsys):
 
 def test_budget_since_counts_the_set_up(monkeypatch, tmp_path):
     seen = {}
-    monkeypatch.setattr("elfreg.demo.run.run_demo", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setattr("elfreg.demo.runner.run_demo", lambda *a, **kw: seen.update(kw))
     assert main(["demo", "--quick", "--out", str(tmp_path / "d"), "--budget-since", str(time.time() - 90)]) == 0
     assert 90 <= seen["spent_before_s"] < 150 and seen["budget_s"] == 600
     assert main(["demo", "--quick", "--out", str(tmp_path / "d")]) == 0

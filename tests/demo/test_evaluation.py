@@ -9,7 +9,7 @@ from helpers import make_tiny_elf_model
 from elfreg.demo.cli import demo_config
 from elfreg.demo.evaluation import encode_test, sample_texts_nfe, sampler_config
 from elfreg.demo.prepare import task_config, task_module, task_rows
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 from elfreg.sampling.decode import text_answers
 from elfreg.tasks.answers import extractor
 from elfreg.sampling.decode import detokenize, response_token_ids

@@ -8,7 +8,7 @@ import pytest
 from elfreg.configtools import ConfigError
 from elfreg.demo.config import DemoConfig
 from elfreg.demo.lanes import LanePool, QueueBar, _WORKER, stopped
-from elfreg.demo.run import side_by_side
+from elfreg.demo.runner import side_by_side
 from elfreg.demo.runs import Stopped, lane_order, stop_hook
 
 

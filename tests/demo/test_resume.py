@@ -6,7 +6,7 @@ import json
 from elfreg.cli import main
 from elfreg.demo.cli import demo_config
 from elfreg.demo.prepare import with_training_precision
-from elfreg.demo.run import claim_runs
+from elfreg.demo.runner import claim_runs
 from elfreg.demo.runs import run_fingerprint
 
 
@@ -46,7 +46,7 @@ def test_demo_keys_that_may_change_on_resume():
 
 
 def test_demo_restart_moves_the_old_output_aside(tmp_path, monkeypatch):
-    import elfreg.demo.run as demo_run
+    import elfreg.demo.runner as demo_run
 
     out = tmp_path / "out"
     _first_run_made(out)

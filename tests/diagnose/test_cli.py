@@ -10,7 +10,7 @@ import torch
 from elfreg.config import BackboneConfig, ElfRegConfig, ObjectiveConfig, model_preset
 from elfreg.diagnose.cli import cmd_diagnose, register
 from elfreg.diagnose.tasks import AnswerTask
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 
 PROMPTS = [("what is 3 plus 4 ?", "what"), ("sort a b c", "a"), ("what is 2 times 5 ?", "10")]
 FIRST_WORD = AnswerTask("first-word", lambda t: (t.split() or [None])[0],
@@ -84,7 +84,7 @@ def test_diagnose_two_models_writes_json_and_png(tmp_path, tiny_lm_dir, prompts_
 def test_readout_matches_elfreg_generate_early_stop(tmp_path, tiny_lm_dir, prompts_file):
     # the read-out at NFE 4 of a 16-point master path is what `elfreg generate --sampler early-stop --nfe 4
     # --rho 4 --seed s` returns for sample 0
-    from elfreg.sampling.cli import cmd_generate, register as register_generate
+    from elfreg.generate.cli import cmd_generate, register as register_generate
     from elfreg.sampling.results_io import read_records
 
     reg = _save(tmp_path, tiny_lm_dir, "elf-reg", "reg")
@@ -151,7 +151,7 @@ def test_models_in_folders_of_one_name_are_labelled_by_their_paths(tmp_path, tin
 
 def test_exit_rule_fires_where_elfreg_generate_adaptive_stops(tmp_path, tiny_lm_dir, prompts_file, capsys):
     # the rule along a 32-point master path with max NFE 16 is `elfreg generate --sampler adaptive --nfe 16 --rho 2`
-    from elfreg.sampling.cli import cmd_generate, register as register_generate
+    from elfreg.generate.cli import cmd_generate, register as register_generate
     from elfreg.sampling.results_io import read_records
 
     reg = _save(tmp_path, tiny_lm_dir, "elf-reg", "reg")

@@ -53,3 +53,20 @@ def test_missing_problems_are_said_before_the_table():
         "**Subset:** 5 of 164 humaneval problems scored; the 159 with no sample are left out of every figure "
         "(--allow-subset).")
     assert subset_line({**summary, "problems_missing": 0}) is None
+
+
+def test_the_summary_records_where_the_benchmark_s_prompt_function_lives(tmp_path):
+    """settings.prompt_format names the prompt function's current home (it read elfreg.eval.prompts, a module that
+    moved): importing that name gives the very function the benchmark formats its prompts with."""
+    import importlib
+
+    from elfreg.eval.datasets import load_benchmark
+    from elfreg.eval.report import build_summary
+    from elfreg.eval.scoring import ScoreOptions
+
+    bench = load_benchmark("gsm8k")
+    rows = [{"task_id": bench.problems[0].task_id, "sample": 0, "correct": True}]
+    where = build_summary(bench, rows, ScoreOptions(allow_subset=True, ks=(1,)), "none")["settings"]["prompt_format"]
+    assert where == "elfreg.tasks.formats.gsm8k_prompt"
+    module, _, name = where.rpartition(".")
+    assert getattr(importlib.import_module(module), name) is bench.prompt_formatter

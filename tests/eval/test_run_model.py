@@ -7,7 +7,7 @@ import torch
 
 from elfreg.cli import main
 from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 
 
 def _save_tiny_model(folder, lm_dir, max_len=24, max_prompt_len=16):
@@ -255,6 +255,25 @@ def test_eval_run_refuses_an_out_made_with_other_settings(tmp_path, tiny_lm_dir,
     assert json.loads((out / "summary.json").read_text())["generation"]["nfe"] == 3
 
 
+def test_bad_input_found_by_generation_names_eval_run_not_generate(tmp_path, tiny_lm_dir, capsys, monkeypatch):
+    """eval run calls generate's library function; bad input it finds there is reported under the command the user
+    ran: ``elfreg eval run: error: ...``, exit code 2, nothing generated."""
+    import elfreg.sampling.generate as generation
+
+    def refuse(need):
+        raise ValueError("--batch-size: the grids need more memory than this machine has")
+
+    model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
+    monkeypatch.setattr(generation, "check_fits", refuse)   # eval run's own check (before any work) passes
+    out = tmp_path / "run"
+    assert main(["eval", "run", "--model", str(model), "--benchmark", "gsm8k", "--data", str(_gsm_file(tmp_path)),
+                 "--out", str(out), "--nfe", "4", "--rho", "2", "--no-progress", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "error" in line] == [
+        "elfreg eval run: error: --batch-size: the grids need more memory than this machine has"]
+    assert "elfreg generate" not in err and not (out / "generations.jsonl").exists()
+
+
 def test_eval_run_without_isolation_refuses_before_touching_out(tmp_path, tiny_lm_dir, capsys, monkeypatch):
     monkeypatch.setenv("ELFREG_BWRAP", "/nonexistent/bwrap")
     model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
@@ -283,14 +302,15 @@ def test_eval_run_generates_as_generate_does_with_its_sampler_settings_built_onc
                                                                                   monkeypatch):
     """`eval run` calls generate's own library function (elfreg.sampling.generate.run_generation) with one
     SamplerConfig per run, built once: its generations are `elfreg generate`'s on the same prompts and settings."""
-    import elfreg.sampling.cli as generate_cli
+    import elfreg.generate.cli as generate_cli
+    import elfreg.sampling.flags as flags
     import elfreg.sampling.generate as generation
 
     model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
     data = _gsm_file(tmp_path)
     built, jobs = [], []
-    real_config, real_run = generate_cli.sampler_config, generation.run_generation
-    monkeypatch.setattr(generate_cli, "sampler_config", lambda **kw: built.append(kw) or real_config(**kw))
+    real_config, real_run = flags.sampler_config, generation.run_generation
+    monkeypatch.setattr(flags, "sampler_config", lambda **kw: built.append(kw) or real_config(**kw))
     for module in (generation, generate_cli):
         monkeypatch.setattr(module, "run_generation", lambda job, *a: jobs.append(job) or real_run(job, *a))
     out = tmp_path / "run"

@@ -45,7 +45,7 @@ def tiny_model(lm_dir: Path, max_len: int, max_prompt_len: int, **new_kwargs):
     import torch
 
     from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
-    from elfreg.hub import ElfModel
+    from elfreg.pretrained import ElfModel
 
     cfg = ElfRegConfig(model=model_preset("tiny", feature_dim=32, reg_dim=32, teacher_dim=32, vocab_size=32,
                                           max_len=max_len, max_prompt_len=max_prompt_len),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.samplers import sample

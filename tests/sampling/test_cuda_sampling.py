@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from elfreg.sampling.cli import cmd_generate, register
+from elfreg.generate.cli import cmd_generate, register
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.results_io import read_records
 from elfreg.sampling.samplers import sample

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 from elfreg.model.student import ElfStudent
-from elfreg.sampling.cli import cmd_generate, register
+from elfreg.generate.cli import cmd_generate, register
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.results_io import read_records
 from elfreg.sampling.samplers import sample

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from elfreg.cli import main
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 from elfreg.sampling.results_io import read_records
 from helpers import make_tiny_elf_model
 

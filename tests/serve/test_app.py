@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 from helpers import make_tiny_elf_model
 
 openai = pytest.importorskip("openai", reason="the serving tests need the test extras (openai, fastapi, uvicorn)")

@@ -38,7 +38,7 @@ def test_an_unknown_name_of_an_old_path_is_an_attribute_error():
 
 
 @pytest.mark.parametrize("name, new", [("load_elf_model", "elfreg.loading"), ("LoadedModel", "elfreg.loading"),
-                                       ("ElfModelEncoder", "elfreg.hub")])
+                                       ("ElfModelEncoder", "elfreg.pretrained")])
 def test_the_loader_s_old_home_warns_and_is_the_same_object(name, new):
     import elfreg.sampling.cli as old
 

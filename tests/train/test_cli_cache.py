@@ -11,7 +11,7 @@ from _tiny import sum_rows, tiny_overrides
 from elfreg.backbones import Backbones
 from elfreg.config import BackboneConfig
 from elfreg.data import CanvasConfig
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 from elfreg.train.cli import register
 from elfreg.train.features import CachedFeatures
 

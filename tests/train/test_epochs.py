@@ -11,7 +11,7 @@ import torch
 from _tiny import sum_rows, tiny_overrides
 from elfreg.configtools import ConfigError
 from elfreg.tasks.formats import apply_template
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 from elfreg.train import checkpoint as ck
 from elfreg.train.config import load_run_config
 from elfreg.train.trainer import Trainer, train

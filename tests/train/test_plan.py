@@ -210,7 +210,7 @@ def test_offline_dry_run_of_a_hub_preset_fails_fast_naming_each_source(monkeypat
 def test_hub_probe_is_short_and_local_sources_need_no_hub(monkeypatch, tiny_lm_dir, sums_jsonl):
     import time
 
-    from elfreg.hub import hub_unreachable
+    from elfreg.hubaccess import hub_unreachable
     from elfreg.train.plan import check_sources
 
     from huggingface_hub import constants

@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from _tiny import tiny_overrides
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 from elfreg.train import checkpoint as ck
 from elfreg.train.config import load_run_config
 from elfreg.train.trainer import TrainingDiverged, train

@@ -20,8 +20,8 @@ import time
 # What the demo's main process and its lane workers import, found by running the demo without bytecode and listing
 # the __pycache__ files it wrote (torch, transformers' GGUF and Llama code, the report's scipy and matplotlib).
 MODULES = (
-    "elfreg.cli", "elfreg.demo.cli", "elfreg.demo.run", "elfreg.demo.lanes", "elfreg.demo.report",
-    "elfreg.machine", "elfreg.hub", "elfreg.backbones", "elfreg.backbone_cache", "elfreg.train.trainer",
+    "elfreg.cli", "elfreg.demo.cli", "elfreg.demo.runner", "elfreg.demo.lanes", "elfreg.demo.report",
+    "elfreg.machine", "elfreg.pretrained", "elfreg.backbones", "elfreg.backbone_cache", "elfreg.train.trainer",
     "elfreg.sampling", "transformers.models.llama.modeling_llama", "transformers.modeling_gguf_pytorch_utils",
     "transformers.integrations.ggml", "transformers.models.auto.tokenization_auto",
     "transformers.models.auto.modeling_auto", "gguf", "tokenizers", "torch.distributed", "torch.profiler",

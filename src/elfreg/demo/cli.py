@@ -94,7 +94,7 @@ def budget_since(text: str) -> float:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo; prints where the report is and the total wall time."""
-    from elfreg.demo.run import run_demo
+    from elfreg.demo.runner import run_demo
 
     t0 = time.perf_counter()
     cfg = demo_config(args.quick, args.overrides, args.preset)

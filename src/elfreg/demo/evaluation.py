@@ -18,7 +18,7 @@ from elfreg.atomic import append_line, atomic_write_text
 from elfreg.tasks.formats import apply_template
 from elfreg.demo.config import DemoConfig
 from elfreg.demo.prepare import task_module
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 from elfreg.jsontext import dumps
 from elfreg.precision import Precision
 from elfreg.sampling.config import SamplerConfig

@@ -94,7 +94,7 @@ def time_job(variant: str) -> dict:
 def evaluate_job(model_dir: str, cfg_data: dict | None = None) -> dict:
     """Worker: every (sampler, NFE, seed) cell of the model in ``model_dir`` on the test problems."""
     from elfreg.demo.evaluation import encode_test, evaluate
-    from elfreg.hub import ElfModel
+    from elfreg.pretrained import ElfModel
 
     w = _WORKER
     data = w["data"]

@@ -16,7 +16,7 @@ from elfreg.diagnose.report import SampleRow, summarise, summarise_acceleration,
 from elfreg.diagnose.tasks import AnswerTask
 from elfreg.diagnose.trajectory import MasterTrajectory, run_acceleration, run_master
 from elfreg.sampling.decode import text_answers
-from elfreg.sampling.run import iter_prompt_records
+from elfreg.sampling.files import iter_prompt_records
 from elfreg.sampling.pipeline import EncodedPrompts, validate_prompts
 
 

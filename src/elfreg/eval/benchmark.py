@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from elfreg.tasks.registry import KINDS
+
 PromptFormatter = Callable[["Problem"], str]
 
 
@@ -28,7 +30,7 @@ class Problem:
 
 @dataclass
 class Benchmark:
-    """A named problem set with its prompt format and its scorer kind (``math``/``gsm8k``/``choice``/``code``)."""
+    """A named problem set with its prompt format and its scorer kind (one of :data:`elfreg.tasks.registry.KINDS`)."""
 
     name: str
     kind: str
@@ -41,8 +43,8 @@ class Benchmark:
     data_version: str | None = None  # the pinned version when the file is the shipped copy byte for byte
 
     def __post_init__(self) -> None:
-        if self.kind not in ("gsm8k", "math", "choice", "code", "exact"):
-            raise ValueError(f"Benchmark.kind must be gsm8k|math|choice|code|exact, got {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"Benchmark.kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         ids = [p.task_id for p in self.problems]
         if len(set(ids)) != len(ids):
             raise ValueError(f"Benchmark {self.name}: duplicate task ids in {self.source}")

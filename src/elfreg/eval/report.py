@@ -7,6 +7,7 @@ import platform
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 from ..jsontext import dumps
 
@@ -80,10 +81,16 @@ def build_summary(bench: Benchmark, rows: list[dict], opts, isolation: str | Non
         "problems_missing": len(missing), "samples": samples, "metrics": metrics,
         "pass_at_k": {"ks": list(ks), "dropped_ks": list(dropped),
                       "ks_from": "ScoreOptions.ks" if opts.ks is not None else "default (the paper's ks)"},
-        "settings": {**opts_d, "isolation": isolation, "prompt_format": f"elfreg.eval.prompts ({bench.name})",
+        "settings": {**opts_d, "isolation": isolation, "prompt_format": prompt_home(bench.prompt_formatter),
                      "sanitizer": "elfreg.eval.sanitize (EvalPlus 0.3.1 behaviour)" if bench.kind == "code" else None},
         "versions": _versions(), "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+
+
+def prompt_home(formatter: Callable) -> str:
+    """Where a benchmark's prompt function lives, for the record: ``elfreg.tasks.formats.gsm8k_prompt``."""
+    module, name = getattr(formatter, "__module__", None), getattr(formatter, "__qualname__", None)
+    return f"{module}.{name}" if module and name else repr(formatter)
 
 
 def _blocks(met: dict) -> list[tuple[str, str | None, str | None, dict]]:

@@ -124,7 +124,7 @@ def claim_run_folders(args: argparse.Namespace, bench, runs: list, cfgs: dict, o
 
 def register_run(sub) -> None:
     """Add `eval run` to the `eval` subparsers."""
-    from elfreg.sampling.cli import add_sampler_arguments
+    from elfreg.sampling.flags import add_sampler_arguments
 
     p = sub.add_parser("run", help="generate with an elfreg model on a benchmark, then score it")
     p.add_argument("--model", required=True, type=model_ref, help="model folder or hub id (ElfModel.from_pretrained)")
@@ -205,7 +205,7 @@ def generation_nfe(path: Path) -> dict:
 
 
 def _cached_loader():
-    """``elfreg generate``'s model loader, loading each (model, device, prompt format) once: the runs of one
+    """The commands' model loader (:func:`elfreg.loading.load_elf_model`), loading each (model, device, prompt format) once: the runs of one
     protocol entry share the model."""
     from elfreg.loading import load_elf_model
 
@@ -222,7 +222,7 @@ def _cached_loader():
 
 def _generation_device(args: argparse.Namespace):
     """The device `elfreg generate` picks for these flags (``--device``, else cuda:LOCAL_RANK, else cpu)."""
-    from elfreg.loading import generation_device
+    from elfreg.sampling.generate import generation_device
 
     return generation_device(getattr(args, "device", None))
 
@@ -258,12 +258,12 @@ def _one_run(args: argparse.Namespace, bench, problems, resolved, cfg, out: Path
 
     Problems in ``skipped`` (prompts over the limit) are not generated: each of their samples is an empty answer,
     scored wrong, so `eval score` on samples.jsonl gives the same numbers."""
-    from elfreg.sampling.cli import generation_job
+    from elfreg.sampling.files import read_prompts
+    from elfreg.sampling.flags import generation_job
     from elfreg.sampling.generate import run_generation
-    from elfreg.sampling.run import read_prompts
 
     def bad_input(exc: Exception) -> int:
-        print(f"elfreg generate: error: {error_line(exc, args)}", file=sys.stderr)
+        print(f"elfreg eval run: error: {error_line(exc, args)}", file=sys.stderr)
         return 2
 
     out.mkdir(parents=True, exist_ok=True)
@@ -328,7 +328,7 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     # the adaptive exit rule watches the answer the benchmark scores (code: the whole response); every sampler
     # setting is checked before any work, errors naming the field
     args.extract = args.extract or extract_for(args.benchmark, bench.kind)
-    from elfreg.sampling.cli import sampler_config_from_args
+    from elfreg.sampling.flags import sampler_config_from_args
 
     cfgs = {resolved.label: sampler_config_from_args(args, **resolved.values) for resolved in runs}
     for cfg in cfgs.values():

@@ -131,7 +131,7 @@ class ElfLM(LM):
 
     # -- construction helpers -----------------------------------------------------------------------------------
     def _load(self, pretrained: Any, revision: str | None):
-        from elfreg.hub import ElfModel
+        from elfreg.pretrained import ElfModel
 
         if isinstance(pretrained, ElfModel):
             return pretrained.to(self._device)

@@ -1,158 +1,21 @@
-"""`elfreg generate`: prompts JSONL (a file, or stdin with ``--prompts -``) or ``--prompt TEXT`` -> one results line per
-sample, into ``--out`` (resumable, sharded over torch.distributed ranks) or to stdout (JSONL, or the answers' text)."""
+"""Deprecated: the `elfreg generate` command moved to :mod:`elfreg.generate.cli`, the sampler flags it shares with
+`eval run` and `serve` to :mod:`elfreg.sampling.flags`, the model loader to :mod:`elfreg.loading`; this old path keeps
+working with a DeprecationWarning."""
 
-from __future__ import annotations
-
-import argparse
-import sys
-from typing import Any, Callable
-
-import torch
-
-from elfreg import loading
-from elfreg.cliargs import device, error_line, input_file, model_ref, output_file
-from elfreg.fingerprint import add_restart_argument
 from elfreg.moved import alias_module
-from elfreg.sampling.config import (BATCH, EXIT_RANGES, GRIDS, SAMPLER_RANGES, SAMPLERS, SAMPLES, W_PRESETS,
-                                    SamplerConfig)
-from elfreg.sampling.exit import DEFAULT_EXIT
-from elfreg.sampling.generate import GenerationJob, run_generation
-from elfreg.sampling.run import PromptFile, inline_prompts, read_prompts
-from elfreg.sampling.text import TASKS, sampler_config
-from elfreg.tasks.answers import EXTRACTORS
 
-OUTPUT_FORMATS = ("text", "jsonl")
-PRECISIONS = ("auto", "bf16", "fp32")
-
-
-def _presets_text() -> str:
-    """W_PRESETS as help reads them: ``gsm8k 3; math, math500, ... 2``."""
-    by_w: dict[float, list[str]] = {}
-    for task, w in W_PRESETS.items():
-        by_w.setdefault(w, []).append(task)
-    return "; ".join(f"{', '.join(tasks)} {w:g}" for w, tasks in by_w.items())
-
-
-def register(subparsers: Any) -> None:
-    """Add the `generate` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser("generate", help="generate responses with an ELF-REG model (spec §5)",
-                              description=__doc__)
-    p.add_argument("--model", required=True, type=model_ref,
-                   help="model folder or hub id (ElfModel.from_pretrained)")
-    given = p.add_mutually_exclusive_group(required=True)
-    given.add_argument("--prompts", type=prompts_file,
-                       help="JSONL file, one object with a 'prompt' string per line; '-' reads the lines from stdin")
-    given.add_argument("--prompt", action="append", metavar="TEXT",
-                       help="one prompt given inline (repeat for more): prompt i of the run is the i-th --prompt")
-    p.add_argument("--prompt-field", default="prompt", help="JSON field holding the prompt text")
-    p.add_argument("--out", default=None, type=output_file,
-                   help="results JSONL file (appended; existing samples are skipped; the run resumes). Without it, "
-                        "the results go to stdout (see --format) and logs to stderr")
-    p.add_argument("--format", default=None, choices=OUTPUT_FORMATS, dest="output_format",
-                   help="stdout without --out: text (each answer, then a newline; the default with --prompt) or "
-                        "jsonl (one result record per line, as --out writes them; the default with --prompts)")
-    add_sampler_arguments(p)
-    add_restart_argument(p)
-    p.set_defaults(func=cmd_generate)
-
-
-def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
-    """Sampler and batching flags shared by `elfreg generate` and `elfreg eval run`."""
-    p.add_argument("--sampler", default="early-stop", help=f"one of {', '.join(SAMPLERS)}")
-    p.add_argument("--nfe", type=SAMPLER_RANGES["nfe"].arg, default=64,
-                   help="N: network calls per sample (N-1 denoiser + 1 decoder); adaptive: the most a sample may "
-                        "spend (max_nfe)")
-    p.add_argument("--rho", type=SAMPLER_RANGES["rho"].arg, default=8,
-                   help="early-stop / renoise master grid ratio (M = rho*N)")
-    p.add_argument("--grid", default="logit-normal", help=f"one of {', '.join(GRIDS)}")
-    p.add_argument("--p", type=SAMPLER_RANGES["p"].arg, default=0.5, help="renoise grid power")
-    p.add_argument("--eta", type=SAMPLER_RANGES["eta"].arg, default=1.2, help="renoise noise multiplier")
-    p.add_argument("--w", type=SAMPLER_RANGES["w"].arg, default=None,
-                   help="guidance scale w (default: --task preset, else 3)")
-    p.add_argument("--task", default=None, choices=TASKS, metavar="TASK",
-                   help=f"one of {', '.join(TASKS)}: its w preset ({_presets_text()}; else {SamplerConfig.w:g}) "
-                        "and its answer extractor (--extract)")
-    p.add_argument("--sigma", type=SAMPLER_RANGES["sigma"].arg, default=None,
-                   help="noise scale of y_0 (default: the model's training sigma)")
-    p.add_argument("--drop-reg", action="store_true", help="ablation: omit the REG token at inference")
-    p.add_argument("--check-every", type=EXIT_RANGES["check_every"].arg, default=DEFAULT_EXIT["check_every"],
-                   help="adaptive: decode and check the answer every this many denoiser calls (each check is 1 NFE)")
-    p.add_argument("--patience", type=EXIT_RANGES["patience"].arg, default=DEFAULT_EXIT["patience"],
-                   help="adaptive: stop once the answer repeated at this many consecutive checks")
-    p.add_argument("--min-nfe", type=EXIT_RANGES["min_nfe"].arg, default=DEFAULT_EXIT["min_nfe"],
-                   help="adaptive: stop no earlier than this many NFE")
-    p.add_argument("--extract", default=None,
-                   help=f"adaptive: answer the rule compares, one of {', '.join(EXTRACTORS)} (default: the task's, "
-                        "else the whole response text)")
-    p.add_argument("--samples", type=SAMPLES.arg, default=1, help="samples per prompt")
-    p.add_argument("--seed", type=SAMPLER_RANGES["seed"].arg, default=0,
-                   help="generation seed; sample noise = f(seed, prompt, sample)")
-    p.add_argument("--batch-size", type=BATCH.arg, default=16, help="rows per network call")
-    p.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction, default=None,
-                   help="a sample does not depend on the other rows of its batch, nor on --batch-size (default: on; "
-                        "docs/sampling.md, 'Batch invariance'); --no-batch-invariant batches rows into one pass "
-                        "(faster; samples then depend on the batch, so --batch-size joins the run's fingerprint)")
-    p.add_argument("--device", default=None, type=device, help="cpu, cuda, cuda:1 (default: cuda if available)")
-    p.add_argument("--precision", default="auto", choices=PRECISIONS,
-                   help="the network's arithmetic: auto (bf16 on CUDA; on a CPU bf16 only where it measures faster "
-                        "than fp32 at this model's shapes, once per machine), bf16 or fp32")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.add_argument("--prompt-format", default="template", choices=loading.PROMPT_FORMATS,
-                   help="template: each prompt is a bare question, put inside the model's saved prompt template "
-                        "(default); raw: prompts are already formatted and are encoded unchanged")
-
-
-def sampler_config_from_args(args: argparse.Namespace, **given: Any) -> SamplerConfig:
-    """SamplerConfig from parsed arguments, a sampler setting in ``given`` (e.g. a protocol run's) overriding its flag;
-    ValueError naming the field on bad input."""
-    flags = dict(task=args.task, w=args.w, extract=args.extract, sigma=args.sigma, sampler=args.sampler, nfe=args.nfe,
-                 rho=args.rho, grid=args.grid, p=args.p, eta=args.eta, drop_reg=args.drop_reg, seed=args.seed,
-                 check_every=args.check_every, patience=args.patience, min_nfe=args.min_nfe)
-    return sampler_config(**{**flags, **{k: v for k, v in given.items() if k in flags}})
-
-
-def prompts_file(text: str) -> str:
-    """``--prompts``: an existing file (cliargs.input_file), or ``-`` for stdin."""
-    return text if text == "-" else input_file(text)
-
-
-def prompts_of(args: argparse.Namespace) -> PromptFile:
-    """The run's prompts: the --prompt texts, else the --prompts file (or stdin)."""
-    if getattr(args, "prompt", None):
-        return inline_prompts(args.prompt)
-    return read_prompts(args.prompts, args.prompt_field)
-
-
-def generation_job(args: argparse.Namespace, cfg: SamplerConfig | None = None, **given: Any) -> GenerationJob:
-    """The run the parsed flags ask for: ``cfg`` as given (else built from the flags, ValueError naming the field),
-    ``given`` overriding any other setting."""
-    settings = dict(model=args.model, cfg=cfg or sampler_config_from_args(args), sigma=args.sigma,
-                    samples=args.samples, batch_size=args.batch_size, out=getattr(args, "out", None),
-                    prompt_field=getattr(args, "prompt_field", "prompt"),
-                    prompt_format=getattr(args, "prompt_format", "template"),
-                    precision=getattr(args, "precision", "auto"),
-                    batch_invariant=getattr(args, "batch_invariant", None), device=getattr(args, "device", None),
-                    restart=getattr(args, "restart", False), progress=not args.no_progress,
-                    output_format=getattr(args, "output_format", None), inline=bool(getattr(args, "prompt", None)))
-    return GenerationJob(**{**settings, **given})
-
-
-def cmd_generate(args: argparse.Namespace,
-                 load: Callable[[str, torch.device], loading.LoadedModel] = loading.load_elf_model) -> int:
-    """Run `elfreg generate`; returns an exit code (2 for bad input, found before any generation)."""
-    def bad_input(exc: Exception) -> int:
-        print(f"elfreg generate: error: {error_line(exc, args)}", file=sys.stderr)
-        return 2
-
-    try:
-        job = generation_job(args)
-        prompts = prompts_of(args)
-    except (ValueError, FileNotFoundError) as exc:
-        return bad_input(exc)
-    return run_generation(job, prompts, load, bad_input)
-
-
-# The loader's old home (it is the model layer's: elfreg.loading; the encoder adapter is elfreg.hub's).
-__getattr__, _moved_dir = alias_module(__name__, {
-    "load_elf_model": "elfreg.loading:load_elf_model", "LoadedModel": "elfreg.loading:LoadedModel",
-    "ElfModelEncoder": "elfreg.hub:ElfModelEncoder"})
+__getattr__, __dir__ = alias_module(__name__, {
+    **dict.fromkeys(("register", "cmd_generate", "prompts_file", "prompts_of", "OUTPUT_FORMATS"),
+                    "elfreg.generate.cli"),
+    **dict.fromkeys(("add_sampler_arguments", "sampler_config_from_args", "generation_job", "PRECISIONS",
+                     "_presets_text"), "elfreg.sampling.flags"),
+    "load_elf_model": "elfreg.loading", "LoadedModel": "elfreg.sampling.generate",
+    "ElfModelEncoder": "elfreg.pretrained",
+    # what it imported, in their homes
+    **dict.fromkeys(("GenerationJob", "run_generation"), "elfreg.sampling.generate"),
+    **dict.fromkeys(("PromptFile", "inline_prompts", "read_prompts"), "elfreg.sampling.files"),
+    **dict.fromkeys(("BATCH", "EXIT_RANGES", "GRIDS", "SAMPLER_RANGES", "SAMPLERS", "SAMPLES", "W_PRESETS",
+                     "SamplerConfig"), "elfreg.sampling.config"),
+    "DEFAULT_EXIT": "elfreg.sampling.exit", "TASKS": "elfreg.sampling.text", "sampler_config": "elfreg.sampling.text",
+    "EXTRACTORS": "elfreg.tasks.answers",
+})

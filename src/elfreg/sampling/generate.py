@@ -2,7 +2,9 @@
 
 :class:`GenerationJob` holds every setting of a run, its SamplerConfig built and checked once by the caller;
 :func:`run_generation` checks the rest before loading the model (an --out made with other settings is refused), then
-loads it, generates into the results file (resumable, sharded over torch.distributed ranks) or to stdout.
+loads it (:class:`LoadedModel`, from the caller's loader: the commands' is :func:`elfreg.loading.load_elf_model`) on
+:func:`generation_device`, generates into the results file (resumable, sharded over torch.distributed ranks) or to
+stdout.
 """
 
 from __future__ import annotations
@@ -11,21 +13,46 @@ import dataclasses
 import os
 import sys
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
-from elfreg.loading import LoadedModel, generation_device
 from elfreg.resources import check_fits, sampler_grid_need
 from elfreg.sampling.config import BATCH, SAMPLES, SamplerConfig
 from elfreg.sampling.exit import format_nfe_summary, nfe_summary
 from elfreg.sampling.invariance import resolve_batch_invariant, scheme_for
 from elfreg.sampling.results_io import read_records
-from elfreg.sampling.run import (PromptFile, claim_results_file, generate_to_file, generate_to_stream,
+from elfreg.sampling.files import (PromptFile, claim_results_file, generate_to_file, generate_to_stream,
                                  note_results_file)
 from elfreg.sampling.text import build_pipeline
 
+# How a prompt reaches the encoder: inside the model's saved template (a bare question), or as given (raw).
+PROMPT_FORMATS = ("template", "raw")
+
+
+@dataclass
+class LoadedModel:
+    """What generation needs from a model folder."""
+
+    network: Any
+    encoder: Any
+    tokenizer: Any
+    max_prompt_len: int | None = None
+    sigma: float | None = None   # the training noise scale, used when --sigma is not given
+    prompt_template: str | None = None  # the template the encoder puts each prompt in; None: prompts used as given
+
+
 Loader = Callable[[str, torch.device, str], LoadedModel]
+
+
+def generation_device(device: str | None = None) -> torch.device:
+    """The device generation runs on: ``device`` (``--device``), else cuda:LOCAL_RANK when CUDA is there, else the
+    CPU."""
+    if device:
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
 
 
 @dataclass(frozen=True)

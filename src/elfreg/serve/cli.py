@@ -19,7 +19,7 @@ PORT = Range(0, 65535, integer=True, why="0: any free port")
 
 def register(subparsers) -> None:
     """Add the `serve` subcommand."""
-    from elfreg.sampling.cli import add_sampler_arguments
+    from elfreg.sampling.flags import add_sampler_arguments
 
     p = subparsers.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API", description=__doc__)
     p.add_argument("--model", required=True, type=model_ref, help="model folder or hub id")
@@ -53,8 +53,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"elfreg serve: error: {exc.name} is not installed; pip install \"elfreg[serve]\"", file=sys.stderr)
         return 2
-    from elfreg.hub import ElfModel
-    from elfreg.loading import generation_device
+    from elfreg.pretrained import ElfModel
+    from elfreg.sampling.generate import generation_device
     from elfreg.sampling.text import model_sampler_config
     from elfreg.serve.app import Server, ServeSettings, create_app
 

@@ -106,8 +106,7 @@ def register(subparsers) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m elfreg.train``: the ``train`` command alone (one line and exit code 130 on Ctrl-C, whenever it
     comes: elfreg.ctrlc)."""
-    from elfreg.cli import INTERRUPTED
-    from elfreg.ctrlc import CtrlC
+    from elfreg.ctrlc import INTERRUPTED, CtrlC
 
     prog = "python -m elfreg.train"
     parsed: list[argparse.Namespace] = []

@@ -274,7 +274,7 @@ def check_sources(cfg, probe=None) -> bool:
 
     The plan reads the encoder's tokenizer (``backbones.encoder``) and every data source; a hub id is remote unless
     it is a local folder, and a hub tokenizer already in the local cache needs no network. ``probe`` (default
-    :func:`elfreg.hub.hub_unreachable`) returns why the hub is unreachable, or None.
+    :func:`elfreg.hubaccess.hub_unreachable`) returns why the hub is unreachable, or None.
     """
     import os
 
@@ -287,7 +287,7 @@ def check_sources(cfg, probe=None) -> bool:
     if not encoder_remote and not data_remote:
         return False
     if probe is None:
-        from elfreg.hub import hub_unreachable as probe
+        from elfreg.hubaccess import hub_unreachable as probe
     why = probe()
     if why is None:
         return False

@@ -25,7 +25,7 @@ from elfreg.atomic import atomic_write_text
 from elfreg.configtools import ConfigError, dump_yaml, to_dict
 from elfreg.tasks.formats import prompt_template
 from elfreg.fingerprint import move_aside
-from elfreg.hub import ElfModel, check_shapes
+from elfreg.pretrained import ElfModel, check_shapes
 from elfreg.jsontext import dumps
 from elfreg.moved import moved
 from elfreg.objective import draw, loss_counts

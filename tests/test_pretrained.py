@@ -5,7 +5,7 @@ import torch
 
 from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
 from elfreg.tasks.formats import LEGACY_PROMPT_TEMPLATE
-from elfreg.hub import ElfModel
+from elfreg.pretrained import ElfModel
 from elfreg.stats import FeatureStats
 
 
@@ -176,10 +176,10 @@ def _edit_config(folder, **model):
 def test_a_config_json_too_big_is_refused_before_the_student_is_built(tmp_path, monkeypatch):
     """config.json of width 10**9 allocated 128-256 GB before any check; now its range refuses it, and a size inside
     the ranges that cannot fit in memory is refused by the memory estimate, both before the student is built."""
-    import elfreg.hub
+    import elfreg.pretrained
 
     folder = _model().save_pretrained(tmp_path / "m")
-    monkeypatch.setattr(elfreg.hub, "ElfStudent", lambda *a: pytest.fail("the student was built"))
+    monkeypatch.setattr(elfreg.pretrained, "ElfStudent", lambda *a: pytest.fail("the student was built"))
     _edit_config(folder, width=10 ** 9)
     with pytest.raises(ValueError, match=r"^model\.width: need an integer in \[1, 131072\], got 1000000000$"):
         ElfModel.from_pretrained(folder)

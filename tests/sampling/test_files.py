@@ -4,7 +4,7 @@ import pytest
 
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.results_io import read_records
-from elfreg.sampling.run import generate_to_file, merge_parts, part_path, read_prompts
+from elfreg.sampling.files import generate_to_file, merge_parts, part_path, read_prompts
 
 from ._fixtures import pipeline, strip_timing, write_prompts
 

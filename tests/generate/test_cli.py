@@ -3,11 +3,11 @@ import json
 
 import pytest
 
-from elfreg.loading import LoadedModel
-from elfreg.sampling.cli import cmd_generate, register
+from elfreg.sampling.generate import LoadedModel
+from elfreg.generate.cli import cmd_generate, register
 from elfreg.sampling.results_io import read_records
 
-from ._fixtures import bundle, write_prompts
+from sampling._fixtures import bundle, write_prompts
 
 
 def _args(*argv):
