@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, _text_verdict
 
 WRITTEN = {"math": "The answer is \\boxed{{{}}}.", "gsm8k": "The answer is {}"}

@@ -138,7 +138,7 @@ def fastest(fn: Callable[[int], None], n: int, repeat: int) -> float:
 _SCORE = """
 import json, sys
 from elfreg.eval.completions import load_completions
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 
 cfg = json.loads(sys.argv[1])

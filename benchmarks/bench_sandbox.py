@@ -58,7 +58,7 @@ def main() -> int:
 
     from elfreg.sandbox import ExpectedOutputs, TimeRule
     from elfreg.eval.codeprep import prepare_code
-    from elfreg.eval.datasets import load_humaneval
+    from elfreg.tasks.testsets import load_humaneval
     from elfreg.sandbox import Sandbox, SandboxConfig
     from elfreg.eval.scoring import score_program
 
@@ -122,7 +122,7 @@ def memory(args) -> int:
     from sandbox._hogs import GRABS, Peaks, hog, meminfo, slow, tree_rss
 
     from elfreg.eval.completions import Completion
-    from elfreg.eval.datasets import load_benchmark
+    from elfreg.tasks.testsets import load_benchmark
     from elfreg.eval.scoring import ScoreOptions, score_completions
     from elfreg.sandbox import Sandbox, SandboxConfig, TimeRule
 

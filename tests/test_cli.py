@@ -189,7 +189,7 @@ def test_a_real_ctrl_c_while_scoring_is_one_line_keeps_the_rows_and_resumes(tmp_
     import sys
     import time
 
-    from elfreg.eval.datasets import load_benchmark
+    from elfreg.tasks.testsets import load_benchmark
 
     problems = load_benchmark("mmlu").problems
     comp = tmp_path / "c.jsonl"

@@ -70,6 +70,19 @@ MOVED = [
       for n in ("_tokenizer_entry", "_convert_tokenizer", "_shared_gguf_name_maps", "_save_plain", "_set_num_blocks")],
     ("elfreg.eval.textpool", "TextPool", "elfreg.eval.workers", "KillablePool"),
     ("elfreg.eval.textpool", "Outcome", "elfreg.eval.workers", "Outcome"),
+    # loading the test sets, shared by evaluation and decontamination (elfreg.eval -> elfreg.tasks); the registry
+    # with the demo's tasks stays evaluation's (elfreg.eval.registry)
+    *[("elfreg.eval.benchmark", n, "elfreg.tasks.benchmark", n)
+      for n in ("Problem", "Benchmark", "BenchmarkRegistry", "sha256_file")],
+    *[("elfreg.eval.datasets", n, "elfreg.tasks.testsets", n)
+      for n in ("MBPP_TEST_IDS", "DEFAULT_FILES", "manifest", "packaged_data_dir", "default_data_dir", "read_jsonl",
+                "mbpp_entry_point", "load_gsm8k", "load_math500", "load_humaneval", "load_humaneval_plus", "load_mbpp",
+                "load_mbpp_plus", "load_mmlu", "load_mmlu_dev")],
+    *[("elfreg.eval.datasets", n, "elfreg.tasks.benchmark", n)
+      for n in ("Problem", "Benchmark", "BenchmarkRegistry", "sha256_file")],
+    ("elfreg.eval.datasets", "deserialize_inputs", "elfreg.tasks.mbpp_inputs", "deserialize_inputs"),
+    *[("elfreg.eval.datasets", n, "elfreg.eval.registry", n) for n in ("default_registry", "load_benchmark")],
+    *[("elfreg.eval.mbpp_inputs", n, "elfreg.tasks.mbpp_inputs", n) for n in ("deserialize_inputs", "RULE_OF_TASK")],
 ]
 
 # Names an old module still uses itself: importable from it as before, the same object as in their new home.

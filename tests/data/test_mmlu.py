@@ -10,7 +10,7 @@ from elfreg.data.decontam_choice import ChoiceDecontamConfig, ChoiceItem, Choice
 from elfreg.data.mmlu import aux_question, build_mmlu_train, iter_aux_questions
 from elfreg.data.sources import BadRowError
 from elfreg.tasks.formats import apply_template, format_choice_question, format_choice_response
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 
 QUESTIONS = [  # (question, choices, answer) in the source's order: ids aux/0 ... aux/4
     ("Which gas do plants take in for photosynthesis?", ["oxygen", "carbon dioxide", "nitrogen", "helium"], "B"),

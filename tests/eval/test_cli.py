@@ -4,7 +4,7 @@ import json
 import pytest
 
 from elfreg.eval.cli import register
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 
 
 

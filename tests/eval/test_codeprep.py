@@ -1,7 +1,7 @@
 import pytest
 
 from elfreg.eval.codeprep import alias_target, looks_like_solution, prepare_code
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 
 F = "```"
 

@@ -9,7 +9,7 @@ import pytest
 from elfreg.tasks import arith
 from elfreg.eval.demo_benchmarks import load_demo_arith, load_demo_chain
 from elfreg.diagnose.tasks import resolve_task
-from elfreg.eval.datasets import load_benchmark
+from elfreg.eval.registry import load_benchmark
 
 
 def test_registered_and_default_splits():

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from elfreg.eval.completions import Completion
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 
 from sandbox._isolation import isolated_sandbox

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from elfreg.cli import main
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 from elfreg.fingerprint import CHECK_FIELD
 from elfreg.sandbox.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
 

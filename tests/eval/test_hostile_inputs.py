@@ -14,7 +14,7 @@ import pytest
 
 from elfreg.cli import main
 from elfreg.eval.completions import Completion, line_limit
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 from elfreg.fingerprint import CHECK_FIELD
 

@@ -60,7 +60,7 @@ def test_the_summary_records_where_the_benchmark_s_prompt_function_lives(tmp_pat
     moved): importing that name gives the very function the benchmark formats its prompts with."""
     import importlib
 
-    from elfreg.eval.datasets import load_benchmark
+    from elfreg.tasks.testsets import load_benchmark
     from elfreg.eval.report import build_summary
     from elfreg.eval.scoring import ScoreOptions
 

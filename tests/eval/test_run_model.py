@@ -112,7 +112,7 @@ def test_eval_run_bad_protocol_or_k_fails_before_any_work(tmp_path, tiny_lm_dir,
 
 def test_code_samples_are_written_as_solutions(tmp_path):
     from elfreg.eval.completions import Completion, read_completions
-    from elfreg.eval.datasets import load_benchmark
+    from elfreg.tasks.testsets import load_benchmark
     from elfreg.eval.run_model import write_samples
 
     bench = load_benchmark("humaneval")
@@ -241,7 +241,10 @@ def test_eval_run_refuses_an_out_made_with_other_settings(tmp_path, tiny_lm_dir,
             "--out", str(out), "--sampler", "early-stop", "--rho", "2", "--no-progress", "--device", "cpu"]
     assert main([*base, "--nfe", "4"]) == 0
     gens = (out / "generations.jsonl").read_bytes()
-    capsys.readouterr()
+    progress, n = capsys.readouterr().err, len(gens.splitlines())   # generation's lines name the command run
+    assert f"elfreg eval run: {n} new samples on rank 0 -> {out / 'generations.jsonl'}\n" in progress
+    assert f"elfreg eval run: NFE per sample in {out / 'generations.jsonl'}: " in progress
+    assert "elfreg generate" not in progress
     assert main([*base, "--nfe", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"elfreg eval run: error: {out / 'generations.jsonl'}: was made with nfe=4, now nfe=3; pass --restart "

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import elfreg.eval.sanitize as sanitize_module
-from elfreg.eval.datasets import load_benchmark, manifest, packaged_data_dir
+from elfreg.tasks.testsets import load_benchmark, manifest, packaged_data_dir
 from elfreg.eval.sanitize import extract_code, sanitize
 
 RECORDED = Path(__file__).parent / "data" / "recorded_completions.jsonl"

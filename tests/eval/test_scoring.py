@@ -6,7 +6,7 @@ import json
 from elfreg.cli import main
 from elfreg.eval.codeprep import ALIAS_MODES, ALIAS_RULE
 from elfreg.eval.completions import Completion
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 
 from sandbox._isolation import isolated_sandbox

@@ -13,7 +13,7 @@ from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
 from elfreg.tasks.answers import extract_choice  # noqa: E402
-from elfreg.eval.datasets import load_benchmark  # noqa: E402
+from elfreg.tasks.testsets import load_benchmark  # noqa: E402
 from elfreg.lm_eval.model import ElfLM  # noqa: E402
 
 from ._task import fixed_answers, tiny_model  # noqa: E402

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import elfreg
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 from elfreg.sandbox import IsolationUnavailable, Sandbox, SandboxConfig, run_asserts
 from elfreg.sandbox.layout import interpreter_layout
 

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 from elfreg.eval.completions import Completion
 from elfreg.eval.scoring import ScoreOptions, score_completions, score_program
 from elfreg.sandbox import ExpectedOutputs, IsolationUnavailable, Sandbox, SandboxConfig, TimeRule

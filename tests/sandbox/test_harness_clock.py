@@ -8,7 +8,7 @@ import json
 import pytest
 
 from elfreg.eval.completions import Completion
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 from elfreg.sandbox.codecheck import TimeRule
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from elfreg.eval.completions import Completion
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 from elfreg.sandbox.codecheck import IOTests, TimeRule, encode_inputs, run_io
 from elfreg.sandbox.inside.codec import CostError, MAX_KEY_WORK, bounded_keys, decode_plain, decode_text, encode_output

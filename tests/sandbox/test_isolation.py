@@ -31,7 +31,7 @@ def test_without_bubblewrap_isolating_modes_refuse(monkeypatch, isolation):
 
 def _score_args(tmp_path, isolation, n=2):
     comp = tmp_path / "c.jsonl"
-    from elfreg.eval.datasets import load_benchmark
+    from elfreg.tasks.testsets import load_benchmark
 
     bench = load_benchmark("humaneval")
     with open(comp, "w") as f:
@@ -101,7 +101,7 @@ def test_a_program_that_kills_its_parent_leaves_the_scorer_running(tmp_path, iso
         import json, sys
         sys.path.insert(0, {SRC!r})
         from elfreg.sandbox import ExpectedOutputs, TimeRule
-        from elfreg.eval.datasets import load_benchmark
+        from elfreg.tasks.testsets import load_benchmark
         from elfreg.sandbox import Sandbox, SandboxConfig
         from elfreg.eval.scoring import score_program
         bench = load_benchmark("humaneval")

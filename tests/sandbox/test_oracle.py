@@ -55,7 +55,7 @@ def test_humaneval_plus_130_ints_where_the_reference_has_floats_pass_as_in_evalp
     # passes there. Its long outputs go as digests: the digest form writes numbers by value, so it passes here too.
     import time
 
-    from elfreg.eval.datasets import load_benchmark
+    from elfreg.tasks.testsets import load_benchmark
     from elfreg.eval.scoring import score_program
     from elfreg.sandbox.codecheck import TimeRule
     from elfreg.sandbox.expected import ExpectedOutputs

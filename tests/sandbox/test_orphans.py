@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 

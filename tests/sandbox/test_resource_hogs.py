@@ -11,7 +11,7 @@ import time
 import pytest
 
 from elfreg.eval.completions import Completion
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 from elfreg.eval.scoring import ScoreOptions, score_completions
 from elfreg.sandbox import TimeRule, run_asserts
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from elfreg.sandbox.inside.codec import encode_text
-from elfreg.eval.benchmark import Problem
+from elfreg.tasks.benchmark import Problem
 from elfreg.sandbox.codecheck import IOTests, TimeRule, encode_inputs, run_asserts, run_io
 from elfreg.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
 from elfreg.sandbox.config import machine_memory

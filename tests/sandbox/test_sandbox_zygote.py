@@ -163,7 +163,7 @@ def test_a_failing_fork_server_is_that_samples_error_and_the_run_goes_on(sb, mon
     import json
 
     from elfreg.eval.completions import Completion
-    from elfreg.eval.datasets import load_benchmark
+    from elfreg.tasks.testsets import load_benchmark
     from elfreg.eval.scoring import ScoreOptions, score_completions
     from elfreg.sandbox.forkserver import Zygote, ZygoteError
 

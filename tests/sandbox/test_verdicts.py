@@ -7,7 +7,7 @@ import pytest
 
 from elfreg.sandbox.codecheck import ReplaySpec, TimeRule, run_asserts
 from elfreg.sandbox.expected import ExpectedOutputs
-from elfreg.eval.datasets import load_benchmark
+from elfreg.tasks.testsets import load_benchmark
 from elfreg.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
 from elfreg.eval.scoring import score_program
 

@@ -31,7 +31,7 @@ def test_every_table_reads_the_registry():
 
 
 def test_every_benchmark_has_its_task_record():
-    from elfreg.eval.datasets import default_registry
+    from elfreg.eval.registry import default_registry
 
     benchmarks = default_registry()
     for name in benchmarks.names():
@@ -74,7 +74,9 @@ def test_the_tasks_package_imports_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, elfreg.tasks.registry, elfreg.tasks.arith, elfreg.tasks.chain, elfreg.tasks.synthetic; "
+    code = ("import sys, elfreg.tasks.registry, elfreg.tasks.arith, elfreg.tasks.chain, elfreg.tasks.synthetic, "
+            "elfreg.tasks.benchmark, elfreg.tasks.testsets, elfreg.tasks.mbpp_inputs; "
+            "elfreg.tasks.testsets.load_benchmark('humaneval'); "
             "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith('elfreg.') and "
             "not m.startswith('elfreg.tasks')); print(bad); sys.exit(bool(bad))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

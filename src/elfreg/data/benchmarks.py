@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator
 
-MBPP_TEST_IDS = range(11, 511)  # MBPP test split: task_id 11–510
+from elfreg.tasks.testsets import MBPP_TEST_IDS, read_jsonl
 
 
 @dataclass(frozen=True)
@@ -22,17 +19,6 @@ class BenchItem:
     entry_point: str = ""  # code: the function the solution defines when `solution` also holds given code
 
 
-def _read_jsonl(path: str) -> Iterator[dict[str, Any]]:
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, start=1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{line_no}: bad JSON ({exc.msg})") from None
-
-
 def _need(path: str) -> str:
     if not os.path.exists(path) and os.path.exists(path + ".gz"):
         return path + ".gz"  # the copies shipped with elfreg are gzip-compressed (elfreg/tasks/benchdata)
@@ -44,9 +30,9 @@ def _need(path: str) -> str:
 def load_math_benchmarks(data_dir: str) -> list[BenchItem]:
     """GSM8K test (1,319) and MATH-500 (500) questions from `data_dir` (= shared/data)."""
     items = [BenchItem("gsm8k", f"gsm8k/test/{i}", r["question"], r["answer"])
-             for i, r in enumerate(_read_jsonl(_need(os.path.join(data_dir, "gsm8k", "test.jsonl"))))]
+             for i, r in enumerate(read_jsonl(_need(os.path.join(data_dir, "gsm8k", "test.jsonl"))))]
     items += [BenchItem("math500", r["unique_id"], r["problem"], r["solution"])
-              for r in _read_jsonl(_need(os.path.join(data_dir, "math500", "test.jsonl")))]
+              for r in read_jsonl(_need(os.path.join(data_dir, "math500", "test.jsonl")))]
     return items
 
 
@@ -58,10 +44,10 @@ def load_code_benchmarks(data_dir: str) -> list[BenchItem]:
     """
     items = [BenchItem("humaneval", r["task_id"], r["prompt"], r["prompt"] + r["canonical_solution"],
                        r["entry_point"])
-             for r in _read_jsonl(_need(os.path.join(data_dir, "humaneval", "HumanEval.jsonl.gz")))]
+             for r in read_jsonl(_need(os.path.join(data_dir, "humaneval", "HumanEval.jsonl.gz")))]
     items += [BenchItem("mbpp", f"mbpp/{r['task_id']}", r["text"], r["code"])
-              for r in _read_jsonl(_need(os.path.join(data_dir, "mbpp", "mbpp.jsonl")))
+              for r in read_jsonl(_need(os.path.join(data_dir, "mbpp", "mbpp.jsonl")))
               if r["task_id"] in MBPP_TEST_IDS]
     items += [BenchItem("mbpp_plus", r["task_id"], r["prompt"], r["canonical_solution"])
-              for r in _read_jsonl(_need(os.path.join(data_dir, "mbpp_plus", "MbppPlus-v0.2.0.jsonl.gz")))]
+              for r in read_jsonl(_need(os.path.join(data_dir, "mbpp_plus", "MbppPlus-v0.2.0.jsonl.gz")))]
     return items

@@ -14,6 +14,7 @@ from elfreg.config import MODEL_RANGES
 from elfreg.data.canvas import CanvasConfig, special_ids
 from elfreg.data.readers import ReadStats, iter_examples
 from elfreg.data.sources import SourceSpec, preset
+from elfreg.tasks.testsets import default_data_dir
 
 
 # Words per compared n-gram (the paper's 8; past a benchmark question's length nothing can match) and the Jaccard
@@ -61,9 +62,7 @@ def cmd_decontaminate(args: argparse.Namespace) -> int:
     from elfreg.data.decontam_code import CodeDecontamConfig, CodeMatcher
     from elfreg.data.decontam_math import MathDecontamConfig, MathMatcher
 
-    from elfreg.eval.datasets import default_data_dir
-
-    benchmarks = args.benchmarks or str(default_data_dir())  # the evaluation harness's files (shipped copies)
+    benchmarks = args.benchmarks or str(default_data_dir())  # the test sets as evaluation reads them
     specs = _specs(args)
     stats: dict[str, ReadStats] = {}
     report = DecontamReport(task=args.task)

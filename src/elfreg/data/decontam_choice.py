@@ -16,6 +16,7 @@ from typing import Sequence
 
 from elfreg.data.decontam_math import Match
 from elfreg.data.ngrams import NgramIndex, ngram_set, words
+from elfreg.tasks.testsets import load_benchmark
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,5 @@ class ChoiceMatcher:
 
 def mmlu_test_items(path: str | None = None) -> list[ChoiceItem]:
     """The MMLU test questions (the copy shipped with elfreg, or ``path`` as `elfreg eval --data` reads it)."""
-    from elfreg.eval.datasets import load_benchmark
-
     bench = load_benchmark("mmlu", path)
     return [ChoiceItem("mmlu", p.task_id, p.question, tuple(p.extra["choices"])) for p in bench.problems]

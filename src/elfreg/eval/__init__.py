@@ -1,11 +1,12 @@
 """Evaluation (spec §6): benchmarks, answer scoring, sandboxed code tests, pass@k and reports."""
 
-from .benchmark import Benchmark, BenchmarkRegistry, Problem
+from elfreg.tasks.benchmark import Benchmark, BenchmarkRegistry, Problem
+
 from .completions import Completion, CompletionsError, read_completions
-from .datasets import default_registry, load_benchmark
 from .metrics import pass_at_k, summarize
 from .protocol import (PROTOCOLS, ProtocolEntry, ProtocolRun, paper_refs, protocol_entry, resolve_runs,
                        resolve_settings)
+from .registry import default_registry, load_benchmark
 from .report import markdown_table, write_reports
 from ..sandbox import Sandbox, SandboxConfig
 from .scoring import ScoreOptions, score_completions

@@ -10,8 +10,8 @@ from ..bounds import INT64_MAX, Range
 from ..cliargs import error_line, input_file, output_dir
 from ..sandbox import ISOLATION_CHOICES, IsolationUnavailable, Sandbox, SandboxConfig
 from .completions import FIELDS, CompletionsError, load_completions
-from .datasets import default_registry
 from .protocol import parse_ks, validate_ks
+from .registry import default_registry
 from .report import markdown_table, write_reports
 from .scoring import ScoreOptions, score_completions, workers_range
 

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-from elfreg.eval.benchmark import Benchmark, Problem, sha256_file
 from elfreg.tasks import arith, chain
+from elfreg.tasks.benchmark import Benchmark, Problem, sha256_file
 from elfreg.tasks.answers import extractor
 from elfreg.tasks.registry import task
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..jsontext import dumps
+from ..tasks.benchmark import Benchmark
 
-from .benchmark import Benchmark
 from .codeprep import ALIAS_MODES
 from .metrics import summarize
 from .protocol import default_ks, validate_ks

@@ -24,9 +24,9 @@ from elfreg.sampling.exit import nfe_summary
 from elfreg.tasks.registry import KIND_TASKS, extract_for
 
 from ..sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig, TimeRule
-from .datasets import default_registry
 from .completions import MAX_COMPLETION_BYTES_RANGE, Completion
 from .protocol import parse_ks, protocol_names, resolve_runs
+from .registry import default_registry
 from .report import combined_markdown, markdown_table, write_reports
 from .scoring import TEXT_LIMIT, TIME_RULE_RANGES, ScoreOptions, score_completions, workers_range
 
@@ -262,17 +262,18 @@ def _one_run(args: argparse.Namespace, bench, problems, resolved, cfg, out: Path
     from elfreg.sampling.flags import generation_job
     from elfreg.sampling.generate import run_generation
 
-    def bad_input(exc: Exception) -> int:
-        print(f"elfreg eval run: error: {error_line(exc, args)}", file=sys.stderr)
-        return 2
-
     out.mkdir(parents=True, exist_ok=True)
     prompts_path, gens_path = out / "prompts.jsonl", out / "generations.jsonl"
-    skip = set(skipped["task_ids"]) if skipped["count"] else set()
-    write_prompts(bench, [p for p in problems if p.task_id not in skip], prompts_path)
     # --restart moved the whole folder aside already
     job = generation_job(args, cfg, samples=resolved.values["samples"], out=str(gens_path), prompt_field="prompt",
-                         restart=False, output_format=None, inline=False)
+                         restart=False, output_format=None, inline=False, command="elfreg eval run")
+
+    def bad_input(exc: Exception) -> int:
+        print(f"{job.command}: error: {error_line(exc, args)}", file=sys.stderr)
+        return 2
+
+    skip = set(skipped["task_ids"]) if skipped["count"] else set()
+    write_prompts(bench, [p for p in problems if p.task_id not in skip], prompts_path)
     try:
         prompts = read_prompts(prompts_path, "prompt")
     except (ValueError, FileNotFoundError) as exc:

@@ -23,7 +23,7 @@ from ..sandbox.codecheck import TimeRule, run_io, run_tests
 from ..sandbox.expected import ExpectedOutputs, revoke_isolated_key
 from ..sandbox.oracle import dataset_of
 from ..tasks.answers import verdict
-from .benchmark import Benchmark, Problem
+from ..tasks.benchmark import Benchmark, Problem
 from .codeprep import ALIAS_MODES, ALIAS_RULE, looks_like_solution, prepare_code
 from .completions import MAX_COMPLETION_BYTES, Completion, check_max_completion_bytes, unknown_task_id
 from .workers import KillablePool, Outcome

@@ -59,7 +59,8 @@ def generation_device(device: str | None = None) -> torch.device:
 class GenerationJob:
     """Every setting of one generation run; ``cfg`` is checked already. ``sigma`` is the noise scale as given (None:
     the model's training sigma replaces ``cfg.sigma`` once the model is loaded); ``out`` None writes to stdout in
-    ``output_format`` (default: text for inline prompts, else JSONL)."""
+    ``output_format`` (default: text for inline prompts, else JSONL). ``command`` is the command the user ran
+    (``elfreg eval run`` generates too): it begins the run's error and progress lines."""
 
     model: str
     cfg: SamplerConfig
@@ -76,6 +77,7 @@ class GenerationJob:
     progress: bool = True
     output_format: str | None = None
     inline: bool = False
+    command: str = "elfreg generate"
 
 
 def run_generation(job: GenerationJob, prompts: PromptFile, load: Loader,
@@ -121,7 +123,7 @@ def run_generation(job: GenerationJob, prompts: PromptFile, load: Loader,
         fmt = job.output_format or ("text" if job.inline else "jsonl")
         records = generate_to_stream(pipeline, prompts, sys.stdout, job.samples, fmt, progress=job.progress)
         spent = nfe_summary([r["nfe_spent"] for r in records])
-        print(f"elfreg generate: {len(records)} samples -> stdout; NFE per sample: {format_nfe_summary(spent)}",
+        print(f"{job.command}: {len(records)} samples -> stdout; NFE per sample: {format_nfe_summary(spent)}",
               file=sys.stderr)
         return 0
     try:
@@ -130,8 +132,8 @@ def run_generation(job: GenerationJob, prompts: PromptFile, load: Loader,
         if world > 1 and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
     if rank == 0:
-        print(f"elfreg generate: {n} new samples on rank 0 -> {job.out}", file=sys.stderr)
+        print(f"{job.command}: {n} new samples on rank 0 -> {job.out}", file=sys.stderr)
         spent = nfe_summary([r["nfe_spent"] for r in read_records(job.out) if "nfe_spent" in r])
-        print(f"elfreg generate: NFE per sample in {job.out}: {format_nfe_summary(spent)}", file=sys.stderr)
+        print(f"{job.command}: NFE per sample in {job.out}: {format_nfe_summary(spent)}", file=sys.stderr)
     return 0
 

@@ -94,7 +94,7 @@ def extractor(name: str) -> Extractor:
     return _BY_NAME[name]
 
 
-# The kinds of text benchmark (elfreg.eval.benchmark.Benchmark.kind; "code" is judged in the sandbox) and the
+# The kinds of text benchmark (elfreg.tasks.benchmark.Benchmark.kind; "code" is judged in the sandbox) and the
 # extractor whose answer each scores when the benchmark names none.
 VERDICT_KINDS = ("gsm8k", "math", "choice", "exact")
 _KIND_ANSWERS: dict[str, Extractor] = {"gsm8k": extract_gsm8k, "choice": extract_choice}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from elfreg.eval.benchmark import Benchmark, Problem
+from elfreg.tasks.benchmark import Benchmark, Problem
 from elfreg.tasks import formats, registry
 
 
@@ -11,7 +11,7 @@ def _bench(kind):
 
 
 def test_the_allowed_kinds_are_the_task_registry_s_own_list():
-    import elfreg.eval.benchmark as benchmark
+    import elfreg.tasks.benchmark as benchmark
 
     assert benchmark.KINDS is registry.KINDS   # one list: a copy here could drift from the tasks' kinds
     for kind in registry.KINDS:

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from elfreg.eval.datasets import manifest, packaged_data_dir, read_jsonl
-from elfreg.eval.mbpp_inputs import deserialize_inputs
+from elfreg.tasks.testsets import manifest, packaged_data_dir, read_jsonl
+from elfreg.tasks.mbpp_inputs import deserialize_inputs
 
 
 def test_hand_checked_conversions():

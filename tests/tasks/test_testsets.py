@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-import elfreg.eval.datasets as ds
-from elfreg.eval.datasets import load_benchmark, manifest, packaged_data_dir
+import elfreg.tasks.testsets as testsets
+from elfreg.tasks.testsets import load_benchmark, manifest, packaged_data_dir
 
 SIZES = {"gsm8k": 1319, "math500": 500, "humaneval": 164, "humaneval_plus": 164, "mbpp": 500, "mbpp_plus": 378,
          "mmlu": 14042, "mmlu_dev": 285}
@@ -43,7 +43,7 @@ def test_damaged_shipped_file_is_refused(tmp_path, monkeypatch):
     shutil.copytree(packaged_data_dir(), copy)
     target = copy / manifest()["humaneval"]["file"]
     target.write_bytes(target.read_bytes()[:-10])
-    monkeypatch.setattr(ds, "packaged_data_dir", lambda: copy)
+    monkeypatch.setattr(testsets, "packaged_data_dir", lambda: copy)
     with pytest.raises(ValueError, match="humaneval: shipped data file .* is damaged"):
         load_benchmark("humaneval")
 
