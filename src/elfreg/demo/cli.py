@@ -16,7 +16,7 @@ from elfreg.fingerprint import add_restart_argument
 TIME_PER_CPU_CLASS = ("as asked, the default run takes about {native} on 2 cores of a CPU with native bf16 "
                       "(AVX512-BF16 / AMX: Intel Sapphire Rapids and later, AMD Zen 4 and later) and about {avx2} "
                       "on 2 cores of an AVX2-only CPU (most laptops, older cloud VMs; docs/demo.md)")
-MEASURED = {"native": "22 minutes", "avx2": "18 minutes or more"}
+MEASURED = {"native": "7.5 minutes", "avx2": "9 minutes or more"}  # docs/demo.md, "Time per CPU class"
 
 
 def register(subparsers: Any) -> None:
