@@ -30,6 +30,43 @@ def need_shared() -> Path:
     return path
 
 
+def imports_of(package: str) -> set[str]:
+    """Every module the source of ``package`` (a package under src/) names in an import statement, the ones inside
+    functions included (relative imports resolved): what it may load at some point, not only at import time."""
+    import ast
+
+    root = REPO / "src" / Path(*package.split("."))
+    found: set[str] = set()
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(REPO / "src").with_suffix("").parts)
+        here = parts[:-1]  # the package a relative import starts from (a module's or an __init__'s own)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = here[:len(here) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                found.add(module)
+                found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def modules_after(statements: str) -> set[str]:
+    """The modules loaded in a fresh interpreter after running ``statements``."""
+    import json
+    import subprocess
+    import sys
+
+    code = f"import json, sys\n{statements}\nprint(json.dumps(sorted(sys.modules)))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(json.loads(r.stdout.splitlines()[-1]))
+
+
+def within(names: set[str], packages: tuple[str, ...]) -> list[str]:
+    """The names that are one of ``packages`` or inside one."""
+    return sorted(n for n in names if n in packages or n.startswith(tuple(p + "." for p in packages)))
+
+
 def make_word_tokenizer(folder: Path, words: list[str] | None = None):
     """A word-level PreTrainedTokenizerFast with eos '<eos>', saved to ``folder``."""
     from tokenizers import Tokenizer, models, pre_tokenizers
