@@ -162,13 +162,16 @@ def test_no_gold_answer_pays_for_a_replacement_worker_start_up_on_math500(tmp_pa
     # before: a worker replaced after a slow sample imported math-verify and sympy on its next task (1-2 s), so
     # with --text-limit 1 every gold answer after a slow sample was "time limit"
     bench = load_benchmark("math500")
-    slow = "$\\frac{1}{2}$ " * 150_000  # 2 MB of formulas: math-verify parses for seconds
+    # 7 MB of formulas: math-verify parses them for about 3 s on a fast idle core (2 MB took 0.96 s: a fast machine
+    # scored some within the 1-s limit, and no worker was replaced), hence the larger --max-completion-bytes
+    slow = "$\\frac{1}{2}$ " * 500_000
     ps = bench.problems[:10]
     comp = tmp_path / "c.jsonl"
     comp.write_text("".join(_line(p.task_id, slow if i % 2 == 0 else p.reference) for i, p in enumerate(ps)))
     out = tmp_path / "o"
     got = _elfreg("eval", "score", "--benchmark", "math500", "--completions", str(comp), "--out", str(out),
-                  "--allow-subset", "--no-progress", "--text-limit", "1", timeout=200)
+                  "--allow-subset", "--no-progress", "--text-limit", "1", "--max-completion-bytes", str(8 << 20),
+                  timeout=200)
     assert got.returncode == 0, got.stderr
     rows = {r["task_id"]: r for r in _rows(out / "results.jsonl")}
     gold = [p.task_id for i, p in enumerate(ps) if i % 2]
