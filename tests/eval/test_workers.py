@@ -109,7 +109,18 @@ def test_no_worker_start_up_is_charged_to_a_sample():
 
 _ORPHAN_PARENT = textwrap.dedent("""
     import os, sys, time
+    from elfreg.eval import workers
     from elfreg.eval.workers import Outcome, KillablePool
+
+    born, init, shed = [], workers._Worker.__init__, workers._keep_only
+    def count(self, *args):  # a child sees how many workers were forked before it
+        born.append(1)
+        init(self, *args)
+    def late_shed(keep):  # the first worker runs late, as a loaded scheduler may run it: after its sibling's task
+        if len(born) == 1:
+            time.sleep(1.0)
+        shed(keep)
+    workers._Worker.__init__, workers._keep_only = count, late_shed
 
     def work(kind):
         if kind == "busy":
@@ -162,3 +173,13 @@ def test_no_worker_outlives_the_main_process(tmp_path, sig):
                                                                          else [parent.pid]):
             os.kill(pid, signal.SIGKILL)
         parent.wait()
+
+
+def test_a_worker_that_dies_before_it_is_ready_is_an_error_not_a_hang(monkeypatch):
+    import elfreg.eval.workers as workers
+
+    def die(keep):
+        os._exit(3)
+    monkeypatch.setattr(workers, "_keep_only", die)
+    with pytest.raises(RuntimeError, match=r"ended before it was ready \(exit code 3\)"):
+        KillablePool({"work": _work}, workers=1, limit_s=1)

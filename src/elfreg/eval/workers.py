@@ -11,9 +11,10 @@ functions (closures included) are inherited, never pickled; only their arguments
 Three properties the harness relies on:
 
 * **No orphans.** A worker keeps no descriptor but its own pipe, stdio and the streams logging writes to (the
-  parent's ends of the other workers' pipes, a results file, a sandbox fork server's socket are closed at the
-  fork), and asks the kernel to kill it when the parent dies (``PR_SET_PDEATHSIG``; elsewhere than Linux, an idle
-  worker still ends on its pipe's EOF). SIGKILL or SIGTERM to the main process leaves no worker behind.
+  parent's ends of the other workers' pipes, a results file, a sandbox fork server's socket are closed before the
+  worker reports ready, and the pool waits for that report before it uses or lists the worker), and asks the
+  kernel to kill it when the parent dies (``PR_SET_PDEATHSIG``; elsewhere than Linux, an idle worker still ends on
+  its pipe's EOF). SIGKILL or SIGTERM to the main process leaves no worker behind.
 * **No start-up charged to a sample.** ``warm_up`` runs once in this process before the first fork, so every
   worker, replacements included, starts with what the tasks import and cache; and a task's clock starts when
   its worker reports that it has the task in hand, not when it was sent.
@@ -39,6 +40,7 @@ from multiprocessing.connection import Connection, wait
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _START_S = 10.0  # seconds a worker may take to pick up a task it was sent, on top of the task's own limit
+_READY_S = 60.0  # seconds a new worker may take to shed what it inherited and say it is ready (a loaded machine)
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,7 @@ class _Worker:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)  # never the parent's handlers
                 _die_with_parent(prctl, parent)
                 _keep_only({child.fileno(), *log_fds})
+                child.send(("ready",))
                 _serve(child, fns, _limit_memory(memory_bytes))
             except BaseException:  # noqa: BLE001 - a worker never unwinds into the parent's code
                 code = 1
@@ -192,6 +195,20 @@ class _Worker:
         self.status: int | None = None  # wait status once reaped
         # (key, step, deadline) while busy; the deadline counts from the worker's start report once it came
         self.task: tuple[Hashable, str, float] | None = None
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        """Block until the worker has closed what it inherited (until then it holds the parent's descriptors, and a
+        scheduler may run it well after its siblings); a worker that dies or hangs first is an error."""
+        try:
+            if self.conn.poll(_READY_S) and self.conn.recv() == ("ready",):
+                return
+        except (EOFError, OSError):
+            pass
+        died = self.conn.poll(0)  # EOF pending: it ended by itself; otherwise it hung past the wait
+        self.kill()
+        raise RuntimeError(f"a worker process ended before it was ready ({_signal_name(self.status)})" if died
+                           else f"a worker process was not ready within {_READY_S:g} s")
 
     def kill(self) -> None:
         """SIGKILL and reap the worker (it may have ended already), then close its pipe."""
