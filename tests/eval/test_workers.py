@@ -183,3 +183,29 @@ def test_a_worker_that_dies_before_it_is_ready_is_an_error_not_a_hang(monkeypatc
     monkeypatch.setattr(workers, "_keep_only", die)
     with pytest.raises(RuntimeError, match=r"ended before it was ready \(exit code 3\)"):
         KillablePool({"work": _work}, workers=1, limit_s=1)
+
+
+# A parent whose heap the allocator kept after a free: 6 million small strings, one in 256 still alive, so Python
+# keeps their arenas. A task then makes 3 million small strings (about 200 MB): it can fill the inherited room
+# without mapping anything, so the data limit alone never stops it
+_FRAGMENTED_PARENT = textwrap.dedent("""
+    import sys
+    from elfreg.eval.workers import KillablePool
+    kept = [str(i) + "ab" for i in range(6_000_000)][::256]
+
+    def fill(n):
+        return len([str(i) + "cd" for i in range(n)])
+
+    with KillablePool({"fill": fill}, workers=1, limit_s=60, memory_bytes=128 << 20) as pool:
+        for key, out in pool.run((k, "testing", "fill", (n,)) for k, n in [("small", 1000), ("big", 3_000_000)]):
+            print(key, out.value, out.error)
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps_rollup (Linux)")
+@pytest.mark.timeout(120)
+def test_memory_the_parent_freed_counts_against_a_task_s_limit():
+    got = subprocess.run([sys.executable, "-c", _FRAGMENTED_PARENT], capture_output=True, text=True, timeout=100)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.splitlines() == ["small 1000 None",
+                                       "big None testing: over the memory limit of text work (128 MiB)"]

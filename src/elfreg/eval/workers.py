@@ -18,15 +18,21 @@ Three properties the harness relies on:
 * **No start-up charged to a sample.** ``warm_up`` runs once in this process before the first fork, so every
   worker, replacements included, starts with what the tasks import and cache; and a task's clock starts when
   its worker reports that it has the task in hand, not when it was sent.
-* **Memory.** ``RLIMIT_DATA`` bounds what a worker allocates beyond what it inherits at the fork (its data
-  segment at start plus ``memory_bytes``). Not ``RLIMIT_AS``: address space that is only reserved (a CUDA context
-  in ``eval run``'s process, malloc arenas, guard pages) would count against it and uses no memory. A task that
-  raised MemoryError, or took the worker within 10 % of the limit, is over it (see ``_serve``).
+* **Memory.** ``RLIMIT_DATA`` bounds what a worker maps beyond what it inherits at the fork (its data segment at
+  start plus ``memory_bytes``). Not ``RLIMIT_AS``: address space that is only reserved (a CUDA context in ``eval
+  run``'s process, malloc arenas, guard pages) would count against it and uses no memory. Memory the parent had
+  freed but kept (Python's allocator keeps the free room of arenas still in use) is inherited too, and a task can
+  fill it without mapping anything: so a task also counts as over the limit when the worker's private memory
+  (pages it wrote, copies of shared ones included) grew by 90 % of ``memory_bytes`` while it ran, and the verdict
+  on a sample does not hang on how fragmented the parent's heap was. A task that raised MemoryError, or took the
+  worker's address space within 10 % of the limit, is over it too (see ``_serve``). While a task runs the kernel
+  stops it at the data limit; inherited free room can add at most the parent's free memory to that.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import os
 import resource
@@ -64,10 +70,32 @@ def _status_bytes(field: bytes) -> int | None:
     return None
 
 
-def _limit_memory(memory_bytes: int | None) -> int | None:
+def _private_bytes() -> int | None:
+    """This process's private dirty memory (/proc/self/smaps_rollup): pages it wrote, copies of pages shared with
+    the parent included; None where the kernel does not say (before Linux 4.14, not Linux)."""
+    try:
+        with open("/proc/self/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Private_Dirty:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+@dataclass(frozen=True)
+class _Ceiling:
+    """Past either, a task is over its memory limit: the worker's address space (``VmPeak``), or the growth of its
+    private memory while the task ran."""
+
+    address: int
+    private_growth: int
+
+
+def _limit_memory(memory_bytes: int | None) -> _Ceiling | None:
     """Cap this process's future allocations at ``memory_bytes`` beyond its current data segment (never above the
-    hard limit); returns the address-space size past which a task counts as over the limit (90 % of the way), or
-    None: no limit, or a host without ``RLIMIT_DATA`` or /proc (the time limit still holds)."""
+    hard limit); returns where a task counts as over the limit (90 % of the way), or None: no limit, or a host
+    without ``RLIMIT_DATA`` or /proc (the time limit still holds)."""
     now, size = _status_bytes(b"VmData"), _status_bytes(b"VmSize")
     if memory_bytes is None or now is None or size is None:
         return None
@@ -77,7 +105,7 @@ def _limit_memory(memory_bytes: int | None) -> int | None:
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
     except (OSError, ValueError):
         return None
-    return size + (soft - now) * 9 // 10
+    return _Ceiling(size + (soft - now) * 9 // 10, (soft - now) * 9 // 10)
 
 
 def _prctl() -> Callable | None:
@@ -127,14 +155,18 @@ def _keep_only(keep: set[int]) -> None:
         os.close(null)
 
 
-def _serve(conn: Connection, fns: dict[str, Callable], ceiling: int | None) -> None:
+def _serve(conn: Connection, fns: dict[str, Callable], ceiling: _Ceiling | None) -> None:
     """A worker's loop: for each ``(name, args)`` task, say ``("start", time)``, run it, answer
     ``("done", ok, value or error, retire)``; return when the pipe closes or after a task over the memory limit
     (``retire``: a fresh worker takes the next task).
 
-    A task is over the limit when it raised MemoryError, or when the worker's address space passed ``ceiling``
-    (90 % of the limit) while it ran: libraries that catch every exception (math-verify, the sanitizer's parser)
-    answer after a MemoryError of their own, from work they did not finish."""
+    A task is over the limit when it raised MemoryError, or when it took the worker past ``ceiling``: libraries
+    that catch every exception (math-verify, the sanitizer's parser) answer after a MemoryError of their own, from
+    work they did not finish."""
+    # The collector would write to every object the parent left (its header), copying their pages: memory the
+    # task did not ask for, counted as its own
+    gc.freeze()
+    private = _private_bytes() if ceiling is not None else None
     while True:
         try:
             name, args = conn.recv()
@@ -147,9 +179,11 @@ def _serve(conn: Connection, fns: dict[str, Callable], ceiling: int | None) -> N
             out = (False, "MemoryError")
         except BaseException as e:  # noqa: BLE001 - RecursionError and the like: that task's error, not the worker's
             out = (False, type(e).__name__)
-        peak = _status_bytes(b"VmPeak") if ceiling is not None else None
-        if peak is not None and peak >= ceiling:
-            out = (False, "MemoryError")
+        if ceiling is not None:
+            peak, before, private = _status_bytes(b"VmPeak"), private, _private_bytes()
+            if (peak is not None and peak >= ceiling.address) or \
+                    (before is not None and private is not None and private - before >= ceiling.private_growth):
+                out = (False, "MemoryError")
         retire = out == (False, "MemoryError")
         try:
             conn.send(("done", *out, retire))
