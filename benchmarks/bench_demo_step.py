@@ -16,6 +16,7 @@ same load.
     PYTHONPATH=src python benchmarks/bench_demo_step.py --lanes     # two runs side by side, as the demo trains
     PYTHONPATH=src python benchmarks/bench_demo_step.py --phases    # where a step's time goes
     PYTHONPATH=src python benchmarks/bench_demo_step.py --anatomy   # its GEMMs at their own shapes vs the rest
+    PYTHONPATH=src python benchmarks/bench_demo_step.py --floor     # a cost per call + a cost per row, vs the limit
 
 A CPU without native bf16 (AVX2 only) is emulated on one that has it by
 ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2`` (docs/performance.md).
@@ -40,9 +41,11 @@ HERE = Path(__file__).resolve()
 D, VOCAB, N_ROWS = 576, 49152, 256
 
 
-def _setup(variant: str, out: Path, precision: str | None = None, optimizer: str | None = None):
+def _setup(variant: str, out: Path, precision: str | None = None, optimizer: str | None = None,
+           batch_size: int | None = None):
     """A Trainer of the demo's run config on in-memory random features (fake backbones of SmolLM2's widths);
-    ``precision`` / ``optimizer``: train.precision / train.optimizer in place of the demo's."""
+    ``precision`` / ``optimizer`` / ``batch_size``: train.precision / train.optimizer / train.batch_size in place of
+    the demo's."""
     import torch
 
     from elfreg.config import BackboneConfig
@@ -79,6 +82,8 @@ def _setup(variant: str, out: Path, precision: str | None = None, optimizer: str
         rcfg.train.precision = precision
     if optimizer is not None:
         rcfg.train.optimizer = optimizer
+    if batch_size is not None:
+        rcfg.train.batch_size = batch_size
     return Trainer(rcfg, out, resume="never", backbones=backbones, dataset=CachedFeatures(tensors)), cfg
 
 
@@ -266,6 +271,63 @@ def anatomy(threads: int, steps: int, precision: str | None = None) -> None:
         print(f"{'':9s}most frequent calls: " + ", ".join(f"{k} {v}" for k, v in calls.ops.most_common(8)))
 
 
+def floor(threads: int, steps: int, rounds: int, precision: str | None = None) -> None:
+    """The step as a cost per call plus a cost per row: the step (mean CPU time over ``steps`` steps, interleaved
+    ``rounds``) at several batch sizes, fitted by least squares as fixed + rows x per-row, beside its limit fitted the
+    same way (the FLOPs at each batch size at the 512^3 rate; its fixed part is Muon's Newton-Schulz and the input
+    path's folded matrix, computed once per pass whatever the batch). The fixed part is what fewer operator calls can
+    remove; the per-row part against the per-row limit is what the element-wise work between the matrix products
+    costs, which fewer calls do not remove: it bounds the step / limit of the demo's batch from below."""
+    import torch
+
+    torch.set_num_threads(threads)
+    tmp = Path(tempfile.mkdtemp())
+    sizes = (4, 8, 16, 32)
+    g = torch.Generator().manual_seed(0)
+    big = torch.randn(GEMM, GEMM, generator=g), torch.randn(GEMM, GEMM, generator=g)
+    print(f"the step as fixed + rows x per-row: {threads} thread(s), CPU time, mean of {steps} steps x {rounds} "
+          f"interleaved rounds at batch {', '.join(map(str, sizes))}")
+    for variant in ("ELF", "ELF-REG"):
+        trainers = {b: _setup(variant, tmp / f"{variant}-{b}", precision, batch_size=b)[0] for b in sizes}
+        done = dict.fromkeys(sizes, 0)
+        spent = dict.fromkeys(sizes, 0.0)
+        rate_time = []
+        for b, tr in trainers.items():
+            for _ in range(3):
+                tr.step_once(done[b])
+                done[b] += 1
+        for _ in range(rounds):
+            for b, tr in trainers.items():
+                c0 = time.process_time()
+                for _ in range(steps):
+                    tr.step_once(done[b])
+                    done[b] += 1
+                spent[b] += time.process_time() - c0
+            c0 = time.process_time()
+            for _ in range(5):
+                torch.mm(*big)
+            rate_time.append((time.process_time() - c0) / 5)
+        rate = 2 * GEMM ** 3 / statistics.median(rate_time)
+        step = {b: spent[b] / (rounds * steps) for b in sizes}
+        limit = {b: step_flops(tr)["total"] / rate for b, tr in trainers.items()}
+        fixed, per_row = _line(sizes, [step[b] for b in sizes])
+        lim_fixed, lim_row = _line(sizes, [limit[b] for b in sizes])
+        b = max(sizes)
+        print(f"{variant:8s} step at batch {b} {1e3 * step[b]:6.1f} ms, limit {1e3 * limit[b]:5.1f} ms "
+              f"({step[b] / limit[b]:.2f}x) = fixed {1e3 * fixed:5.1f} ms (limit {1e3 * lim_fixed:4.1f}) "
+              f"+ {b} x {1e3 * per_row:5.2f} ms per row (limit {1e3 * lim_row:5.2f}: {per_row / lim_row:.2f}x); "
+              f"with no fixed cost at all {b} rows would take {b * per_row / limit[b]:.2f}x the limit")
+        print(f"{'':9s}per batch size (step / limit): " + ", ".join(
+            f"{k}: {1e3 * step[k]:.1f} / {1e3 * limit[k]:.1f} ms" for k in sizes))
+
+
+def _line(xs, ys) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of ys over xs."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
+
+
 def step_phases(threads: int, steps: int, precision: str | None = None) -> None:
     """Where a step's time goes, as multiples of the bare forward + backward: the student's calls without gradient
     (the self-conditioning passes) and with it, the backward, the optimisers, the EMA, the batch and its draws, and
@@ -419,6 +481,8 @@ def main() -> None:
     ap.add_argument("--phases", action="store_true", help="where a step's time goes, against the bare pass")
     ap.add_argument("--anatomy", action="store_true",
                     help="the step split into its GEMMs, timed alone at their own shapes, and its other calls")
+    ap.add_argument("--floor", action="store_true",
+                    help="the step as a fixed cost + a cost per row, each against its share of the limit")
     args = ap.parse_args()
     if args.worker:
         return worker(args.threads, args.precision)
@@ -430,6 +494,8 @@ def main() -> None:
         return step_phases(args.threads, args.steps, args.precision)
     if args.anatomy:
         return anatomy(args.threads, args.steps, args.precision)
+    if args.floor:
+        return floor(args.threads, args.steps, args.rounds, args.precision)
     new_src = str(HERE.parents[1] / "src")
     sides = {"new": Side(new_src, args.threads, args.precision)}
     if args.base:

@@ -173,7 +173,8 @@ class GroupedMuon(torch.optim.Muon):
             for j, i in enumerate(idx):
                 group, p, _, tall = items[i]
                 lr = group["lr"]
-                p.mul_(1 - lr * group["weight_decay"])
+                if group["weight_decay"]:  # a multiply by exactly 1 is a pass over p that changes nothing
+                    p.mul_(1 - lr * group["weight_decay"])
                 p.add_(ortho[j].mT if tall else ortho[j], alpha=-_muon_adjusted_lr(lr, group["adjust_lr_fn"],
                                                                                    tuple(p.shape)))
         return loss
