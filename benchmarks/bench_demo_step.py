@@ -277,7 +277,8 @@ def floor(threads: int, steps: int, rounds: int, precision: str | None = None) -
     same way (the FLOPs at each batch size at the 512^3 rate; its fixed part is Muon's Newton-Schulz and the input
     path's folded matrix, computed once per pass whatever the batch). The fixed part is what fewer operator calls can
     remove; the per-row part against the per-row limit is what the element-wise work between the matrix products
-    costs, which fewer calls do not remove: it bounds the step / limit of the demo's batch from below."""
+    costs, which fewer calls do not remove: the fixed part at its own limit plus the rows at their measured cost
+    bounds the step / limit of the demo's batch from below, for any scheme that only cuts calls."""
     import torch
 
     torch.set_num_threads(threads)
@@ -316,7 +317,8 @@ def floor(threads: int, steps: int, rounds: int, precision: str | None = None) -
         print(f"{variant:8s} step at batch {b} {1e3 * step[b]:6.1f} ms, limit {1e3 * limit[b]:5.1f} ms "
               f"({step[b] / limit[b]:.2f}x) = fixed {1e3 * fixed:5.1f} ms (limit {1e3 * lim_fixed:4.1f}) "
               f"+ {b} x {1e3 * per_row:5.2f} ms per row (limit {1e3 * lim_row:5.2f}: {per_row / lim_row:.2f}x); "
-              f"with no fixed cost at all {b} rows would take {b * per_row / limit[b]:.2f}x the limit")
+              f"with the fixed part at its own limit the step would still be "
+              f"{(lim_fixed + b * per_row) / limit[b]:.2f}x the limit")
         print(f"{'':9s}per batch size (step / limit): " + ", ".join(
             f"{k}: {1e3 * step[k]:.1f} / {1e3 * limit[k]:.1f} ms" for k in sizes))
 
