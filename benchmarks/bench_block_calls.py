@@ -4,9 +4,9 @@
 the same order, with the backward written out by hand, so autograd records 2 nodes for the block where the module
 records 41 (and 13 gradient accumulations either way), and no submodule is called. The operator calls themselves
 barely change (223 against 241 for a forward and backward): what is left is the arithmetic, one pass over memory
-per element-wise operation, as eager PyTorch runs it. The difference
-between the two is what any scheme of fewer calls (hand fusion of the Python side, a leaner module) can save on a
-block; the rest would need the element-wise passes fused into fewer kernels (a compiler).
+per element-wise operation, as eager PyTorch runs it. The difference between the two is what any scheme of fewer
+calls (hand fusion of the Python side, a leaner module) can save on a block; the rest would need the element-wise
+passes fused into fewer kernels (a compiler).
 
     PYTHONPATH=src python benchmarks/bench_block_calls.py [--threads 1] [--rows 1 10 32] [--calls 100]
 
@@ -24,16 +24,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from elfreg.model.layers import Block, _normalise, _rms_backward, rope_tables
+from elfreg.model.layers import Block, SwapPairs, _normalise, _rms_backward, rope_tables
 
 # the demo student's block (elfreg.demo.config.DemoStudent): width 64, 4 heads, SwiGLU 170, 12 prefix tokens + 30
 WIDTH, HEADS, MLP, PREFIX, CANVAS = 64, 4, 170, 12, 30
 
 
 def _swap(x: Tensor) -> Tensor:
-    """Pairs (2i, 2i+1) of the last dim swapped (layers.SwapPairs without its autograd node)."""
-    u = x.unflatten(-1, (-1, 2))
-    return torch.stack((u[..., 1], u[..., 0]), -1).flatten(-2)
+    """Pairs (2i, 2i+1) of the last dim swapped: layers.SwapPairs' own forward, without its autograd node (as
+    layers.QKVFunction calls it)."""
+    return SwapPairs.forward(None, x)
 
 
 class OneCallBlock(torch.autograd.Function):
