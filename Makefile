@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-demo test test-fast demo bench gpu-check clean bubblewrap
+.PHONY: setup setup-demo test test-fast test-contexts demo bench gpu-check clean bubblewrap
 
 setup: $(VENV)/.installed bubblewrap
 
@@ -50,6 +50,12 @@ $(VENV)/.installed: $(VENV)/.core
 
 test: setup
 	$(BIN)/python -m pytest -q --timeout=900 $(PYTEST_ARGS)
+
+# The signal-sensitive tests started as a background job, under nohup, setsid and timeout, and in an odd environment
+# (tests/contexts.sh; CONTEXTS=background,nohup picks some): a runner that starts the suite so must get the same result.
+CONTEXTS ?= background,nohup,setsid,timeout,odd-env
+test-contexts: setup
+	PYTHON=$(abspath $(BIN))/python bash tests/contexts.sh --contexts $(CONTEXTS) $(PYTEST_ARGS)
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -11,6 +15,40 @@ REPO = Path(__file__).resolve().parents[1]
 
 WORDS = ["<eos>", "<unk>", "what", "is", "plus", "minus", "times", "the", "answer", "question", ":", ".", "?"] + [
     str(i) for i in range(10)] + ["a", "b", "c", "d", "list", "sort", "reverse", "copy", "then"]
+
+
+# What a terminal gives a foreground command: the signals a test sends to a child it starts. A shell starts a background
+# job with SIGINT and SIGQUIT ignored (and nohup adds SIGHUP); a child inherits an ignored signal through fork and exec.
+SENT_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+
+
+@contextmanager
+def foreground_signals() -> Iterator[None]:
+    """Within it, a child started (fork + exec) gets the default disposition of ``SENT_SIGNALS``, whatever this
+    process inherited; this process's own dispositions are put back on leaving.
+
+    exec resets a caught signal to its default but keeps an ignored one ignored: so each signal this process ignores
+    is caught by a handler that does nothing (to this process, the same as ignoring it) for the moment of the fork.
+    No ``preexec_fn``, which is unsafe in a process with threads."""
+    ignored = [s for s in SENT_SIGNALS if signal.getsignal(s) is signal.SIG_IGN]
+    try:
+        for s in ignored:
+            signal.signal(s, _still_ignored)
+        yield
+    finally:
+        for s in ignored:
+            signal.signal(s, signal.SIG_IGN)
+
+
+def _still_ignored(signum: int, frame) -> None:
+    """The handler that stands in for SIG_IGN while a child starts."""
+
+
+def start_in_foreground(argv: list[str], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **kwargs)`` for a child the test will signal as a terminal would (Ctrl-C, Ctrl-\\,
+    hang-up): it starts with those signals' default dispositions, also when the tests run in a background job."""
+    with foreground_signals():
+        return subprocess.Popen(argv, **kwargs)
 
 
 def shared_dir() -> Path | None:

@@ -41,7 +41,7 @@ import os  # noqa: E402
 import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from helpers import REPO  # noqa: E402
+from helpers import REPO, start_in_foreground  # noqa: E402
 
 from elfreg import __version__  # noqa: E402
 from elfreg.cli import main  # noqa: E402
@@ -180,7 +180,8 @@ def test_ctrl_c_is_one_line_saying_what_was_kept_and_how_to_resume(capsys, monke
     assert "the same command resumes" in line
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
+@pytest.mark.signals
 def test_a_real_ctrl_c_while_scoring_is_one_line_keeps_the_rows_and_resumes(tmp_path):
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) while ``elfreg eval score`` writes rows: one
     line, exit code 130, the rows stay; the same command then scores the rest, each row once."""
@@ -199,8 +200,8 @@ def test_a_real_ctrl_c_while_scoring_is_one_line_keeps_the_rows_and_resumes(tmp_
     argv = [sys.executable, "-m", "elfreg", "--log-level", "ERROR", "eval", "score", "--benchmark", "mmlu",
             "--completions", str(comp), "--out", str(out), "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+    proc = start_in_foreground(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)
     results = out / "results.jsonl"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None and \
@@ -213,7 +214,7 @@ def test_a_real_ctrl_c_while_scoring_is_one_line_keeps_the_rows_and_resumes(tmp_
                                         "generated too) are kept; the same command resumes (it skips them)"]
     kept = len(results.read_text().splitlines())
     assert 0 < kept < 4 * len(problems)
-    subprocess.run(argv, capture_output=True, env=env, check=True, timeout=200)
+    subprocess.run(argv, capture_output=True, env=env, check=True, timeout=600)   # margin for a loaded machine
     keys = [(r["task_id"], r["sample"]) for r in map(json.loads, results.read_text().splitlines())]
     assert len(keys) == len(set(keys)) == 4 * len(problems)
 

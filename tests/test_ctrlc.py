@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, start_in_foreground
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="watches /proc/PID/maps (Linux)")
+pytestmark = [pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="watches /proc/PID/maps (Linux)"),
+              pytest.mark.signals]
 
 # Shared libraries whose mapping shows that an import is under way: numpy's core, then torch's
 NUMPY = "_multiarray_umath"
@@ -23,8 +24,8 @@ TORCH = "libtorch_cpu"
 def _interrupt_when_loading(argv: list[str], library: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """Start ``argv``, send SIGINT (as a terminal's Ctrl-C) the moment ``library`` is mapped into it, wait."""
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
-                            start_new_session=True)
+    proc = start_in_foreground(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                               start_new_session=True)
     maps = Path(f"/proc/{proc.pid}/maps")
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
@@ -77,17 +78,48 @@ def test_ctrl_c_while_lm_eval_imports_is_one_line(tmp_path, monkeypatch):
 def test_the_handler_is_put_back_and_a_background_job_keeps_ignoring_ctrl_c():
     from elfreg.ctrlc import CtrlC
 
-    before = signal.getsignal(signal.SIGINT)
-    with CtrlC(lambda: "x") as ctrl:
-        assert signal.getsignal(signal.SIGINT) == ctrl._handle
-        ctrl.working = True
-        with pytest.raises(KeyboardInterrupt):
-            ctrl._handle(signal.SIGINT, sys._getframe())   # at work, outside an import: Python's own behaviour
-        assert ctrl.seen
-    assert signal.getsignal(signal.SIGINT) is before
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    inherited = signal.getsignal(signal.SIGINT)   # SIG_IGN when the tests run in a background job
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)   # a foreground process's disposition
+        with CtrlC(lambda: "x") as ctrl:
+            assert signal.getsignal(signal.SIGINT) == ctrl._handle
+            ctrl.working = True
+            with pytest.raises(KeyboardInterrupt):
+                ctrl._handle(signal.SIGINT, sys._getframe())   # at work, outside an import: Python's own behaviour
+            assert ctrl.seen
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # a background job's
         with CtrlC(lambda: "x"):
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
-        signal.signal(signal.SIGINT, before)
+        signal.signal(signal.SIGINT, inherited)
+
+
+def test_a_child_the_tests_signal_starts_with_the_default_dispositions_whatever_the_tests_inherited():
+    """A shell starts a background job with SIGINT and SIGQUIT ignored (nohup: SIGHUP too) and children inherit that:
+    the Ctrl-C tests above would then send a signal their child never sees."""
+    from helpers import SENT_SIGNALS
+
+    def ignored_in(pid: int) -> set[int]:
+        line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("SigIgn:"))
+        mask = int(line.split()[1], 16)
+        return {s for s in SENT_SIGNALS if mask >> (s - 1) & 1}
+
+    before = {s: signal.getsignal(s) for s in SENT_SIGNALS}
+    try:
+        for s in SENT_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        plain = subprocess.Popen(["sleep", "30"])
+        child = start_in_foreground(["sleep", "30"])
+        try:
+            assert ignored_in(plain.pid) == set(SENT_SIGNALS)   # what a plain Popen inherits: the test is real
+            assert ignored_in(child.pid) == set()
+            assert all(signal.getsignal(s) is signal.SIG_IGN for s in SENT_SIGNALS)   # the parent's are put back
+        finally:
+            for p in (plain, child):
+                p.kill()
+                p.wait()
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)

@@ -8,7 +8,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-from tests.helpers import REPO
+from helpers import REPO
 
 SRC = REPO / "src"
 

@@ -289,6 +289,6 @@ def test_every_benchmark_solution_rewritten_is_dropped(data, code_matcher):
 def test_training_data_reads_the_test_sets_without_evaluation():
     """No module of elfreg.data, decontamination included, names elfreg.eval, not even inside a function: the test
     sets are read through elfreg.tasks.testsets, the loaders evaluation uses."""
-    from tests.helpers import imports_of
+    from helpers import imports_of
 
     assert [n for n in imports_of("elfreg.data") if n == "elfreg.eval" or n.startswith("elfreg.eval.")] == []

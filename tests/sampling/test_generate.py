@@ -1,7 +1,7 @@
 """The generation run's own types live below the model layer: the sampling package imports neither the loader
 (elfreg.loading), nor ElfModel (elfreg.pretrained), nor any command."""
 
-from tests.helpers import imports_of, modules_after, within
+from helpers import imports_of, modules_after, within
 
 ABOVE = ("elfreg.loading", "elfreg.pretrained", "elfreg.hub", "elfreg.cli", "elfreg.generate", "elfreg.eval",
          "elfreg.serve", "elfreg.diagnose", "elfreg.demo", "elfreg.train")

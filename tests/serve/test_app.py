@@ -134,6 +134,7 @@ def test_models_health_and_malformed_bodies(live):
     assert status == 400 and body["error"]["param"] == "prompt"
 
 
+@pytest.mark.signals
 def test_elfreg_serve_command_serves_until_stopped(tmp_path, tiny_lm_dir, model):
     """The command as a user runs it: a process on a free port, one request, then SIGINT."""
     import os

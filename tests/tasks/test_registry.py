@@ -71,7 +71,7 @@ def test_code_is_not_judged_by_its_text():
 
 
 def test_the_tasks_package_imports_no_torch():
-    from tests.helpers import imports_of, modules_after, within
+    from helpers import imports_of, modules_after, within
 
     named = {n for n in imports_of("elfreg.tasks") if n.startswith("elfreg.")}
     assert within(named, ("elfreg.tasks",)) == sorted(named)  # nothing of elfreg outside tasks, lazy imports too
