@@ -1,5 +1,6 @@
 """The model card: written at save time (Hub metadata, training record), results added by `eval run`, file modes."""
 
+import hashlib
 import json
 import os
 import stat
@@ -194,9 +195,33 @@ def test_eval_run_adds_its_results_to_the_card(tmp_path, tiny_lm_dir, one_thread
     assert main(argv) == 0
     card = ModelCard.load(folder / "README.md")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    got = {e.metric_type: e.metric_value for e in card.data.eval_results}
+    # not GSM8K's pinned test set: a custom result, by the file's name and sha256, scored by GSM8K's rules
+    assert summary["benchmark"] == "custom" and summary["rules"] == "gsm8k"
+    assert summary["data"] == {"name": "gsm.jsonl", "sha256": hashlib.sha256(data.read_bytes()).hexdigest()}
+    assert card.data.eval_results is None and "GSM8K" not in card.text
+    custom = card.data.to_dict()["elfreg"]["custom_results"]
+    got = {r["metric"]: r["value"] for r in custom}
     acc = summary["metrics"]["accuracy"]
-    assert got == {"pass@1": round(100 * acc["pass@1"], 2), "pass@2": round(100 * acc["pass@2"], 2)}
-    assert card.data.eval_results[0].metric_args["nfe"] == 4
-    assert card.data.eval_results[0].metric_args["protocol"] == "none"
+    assert got == {"pass@1": acc["pass@1"], "pass@2": acc["pass@2"]}
+    assert all(r["data"] == summary["data"] and r["nfe"] == 4 and r["protocol"] == "none" for r in custom)
     assert main(argv) == 0   # the card changed, the model did not: the run resumes (README.md is not its identity)
+    # the same file as --benchmark custom --task math: the same rules, the same record
+    argv2 = [a if a != "gsm8k" else "custom" for a in argv] + ["--task", "math", "--w", "3"]   # w: gsm8k's
+    argv2[argv2.index(str(tmp_path / "run"))] = str(tmp_path / "run2")
+    assert main(argv2) == 0
+    s2 = json.loads((tmp_path / "run2" / "summary.json").read_text())
+    assert (s2["benchmark"], s2["rules"], s2["data"]) == ("custom", "gsm8k", summary["data"])
+    assert len(ModelCard.load(folder / "README.md").data.to_dict()["elfreg"]["custom_results"]) == 2   # replaced
+
+
+def test_custom_benchmark_needs_its_task_and_file(tmp_path, capsys):
+    folder = _model().save_pretrained(tmp_path / "model")
+    data = tmp_path / "mine.jsonl"
+    data.write_text(json.dumps({"question": "1 plus 1 ?", "answer": "#### 2"}) + "\n")
+    base = ["eval", "run", "--model", str(folder), "--benchmark", "custom", "--out", str(tmp_path / "o"),
+            "--device", "cpu", "--no-progress"]
+    assert main([*base, "--data", str(data)]) == 2
+    assert "--task" in capsys.readouterr().err
+    assert main([*base, "--task", "math"]) == 2
+    assert "--data" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -13,6 +13,7 @@ from ..jsontext import dumps
 from ..tasks.benchmark import Benchmark
 
 from .codeprep import ALIAS_MODES
+from .custom import custom_record
 from .metrics import summarize
 from .protocol import default_ks, validate_ks
 
@@ -84,6 +85,7 @@ def build_summary(bench: Benchmark, rows: list[dict], opts, isolation: str | Non
         "settings": {**opts_d, "isolation": isolation, "prompt_format": prompt_home(bench.prompt_formatter),
                      "sanitizer": "elfreg.eval.sanitize (EvalPlus 0.3.1 behaviour)" if bench.kind == "code" else None},
         "versions": _versions(), "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **custom_record(bench),   # a user's file: "custom", its rules, its name and sha256
     }
 
 

@@ -1,0 +1,73 @@
+"""A user's own test file as a benchmark: ``eval run --benchmark custom --task TASK --data FILE``, and any named
+benchmark whose ``--data`` is not its pinned copy (checked by sha256). Either is scored by the rules of the task's
+benchmark and recorded as ``custom``, by the file's name and sha256: never as the public benchmark's result."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from elfreg.tasks.benchmark import Benchmark, BenchmarkRegistry
+
+CUSTOM = "custom"
+# --task -> the benchmark whose file format and scoring rules a custom file follows (docs/evaluation.md, "Your own
+# test file"); "math" reads either GSM8K's format (an answer ending in "#### x") or MATH-500's (problem, answer)
+RULES = {"gsm8k": "gsm8k", "math500": "math500", "code": "humaneval", "humaneval": "humaneval", "mbpp": "mbpp",
+         "choice": "mmlu", "mmlu": "mmlu", "demo-arith": "demo-arith", "demo-chain": "demo-chain"}
+TASK_CHOICES = ("math", *RULES)
+log = logging.getLogger(__name__)
+
+
+def _first_row(path: str) -> dict:
+    """The first JSON row of a JSONL file ({} when it has none or is not JSONL)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    return row if isinstance(row, dict) else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return {}
+
+
+def rules_for(task: str, path: str) -> str:
+    """The benchmark whose rules score a custom file of ``task`` (``math``: GSM8K's when the first row's answer
+    ends in ``#### x``, else MATH-500's); ValueError naming ``--task`` on an unknown one."""
+    if task == "math":
+        row = _first_row(path)
+        return "gsm8k" if "####" in str(row.get("answer", "")) else "math500"
+    if task not in RULES:
+        raise ValueError(f"--task: --benchmark custom needs one of {', '.join(TASK_CHOICES)}, got {task!r}")
+    return RULES[task]
+
+
+def load_for_eval(registry: BenchmarkRegistry, name: str, data: str | None, task: str | None = None) -> Benchmark:
+    """The benchmark ``eval`` scores: ``custom`` (``task`` and ``data`` required) is ``data`` read and scored by
+    the rules of the task's benchmark; a named public benchmark whose ``data`` is not its pinned copy is the same,
+    custom. Both are marked ``custom`` (recorded by file name and sha256)."""
+    if name == CUSTOM:
+        if not task:
+            raise ValueError(f"--task: --benchmark custom needs --task ({', '.join(TASK_CHOICES)}): the rules "
+                             "that score your file")
+        if not data:
+            raise ValueError("--data: --benchmark custom needs --data FILE (your test file)")
+        bench = registry.load(rules_for(task, data), data)
+        bench.custom = True
+        return bench
+    bench = registry.load(name, data)
+    if data and bench.data_version is None:
+        log.warning("%s is not the pinned %s copy: scored by %s's rules and recorded as custom (%s, sha256 %s), "
+                    "not as %s", data, name, name, Path(data).name, bench.source_sha256[:16], name)
+        bench.custom = True
+    return bench
+
+
+def custom_record(bench: Benchmark) -> dict:
+    """What a summary records of a custom benchmark: "custom", the rules that scored it, the file by name and
+    sha256 ({} for a benchmark that is not custom)."""
+    if not bench.custom:
+        return {}
+    return {"benchmark": CUSTOM, "rules": bench.name,
+            "data": {"name": Path(bench.source).name, "sha256": bench.source_sha256}}
