@@ -7,13 +7,15 @@ import sys
 import time
 from pathlib import Path
 
-from elfreg.cliargs import config_placeholder, device_problem, error_line, input_file, output_dir, quiet_loaders
+from elfreg.cliargs import config_placeholder, device_problem, error_line, output_dir, quiet_loaders
+from elfreg.configfiles import config_arg
 from elfreg.fingerprint import add_restart_argument
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``train`` flags (shared by ``elfreg train`` and ``python -m elfreg.train``)."""
-    p.add_argument("--config", required=True, type=input_file, help="run YAML (configs/...)")
+    p.add_argument("--config", required=True, type=config_arg,
+                   help="run YAML: a file, or a shipped config by name (tiny-smoke, gsm8k/elf-reg-b, ...)")
     p.add_argument("--output", type=output_dir,
                    help="run folder: checkpoints, metrics.jsonl, model/ (not needed with --dry-run)")
     p.add_argument("--dry-run", action="store_true",
