@@ -22,6 +22,7 @@ from elfreg.fingerprint import FOLDER_FILE, add_restart_argument, claim, model_i
 from elfreg.resources import check_fits, sampler_grid_need
 from elfreg.sampling.exit import nfe_summary
 from elfreg.tasks.registry import KIND_TASKS, extract_for
+from elfreg.threads import add_threads_argument, set_inference_threads
 
 from ..sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig, TimeRule
 from .completions import MAX_COMPLETION_BYTES_RANGE, Completion
@@ -154,6 +155,7 @@ def register_run(sub) -> None:
                         "tokens)")
     add_code_scoring_arguments(p)
     add_sampler_arguments(p)
+    add_threads_argument(p)
     add_restart_argument(p)
     # None = "not given", so a protocol can fill it and the report can say where each value came from.
     p.set_defaults(func=cmd_eval_run, sampler=None, nfe=None, rho=None, samples=None)
@@ -346,6 +348,7 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     # Before any generation, and before --out is touched: code scoring refuses to run without isolation
     # (unless --isolation none).
     sandbox = Sandbox(SandboxConfig(isolation=args.isolation)) if bench.kind == "code" else None
+    set_inference_threads(getattr(args, "threads", None))
     load = _cached_loader()
     summaries: dict[str, dict] = {}
     try:
