@@ -367,14 +367,18 @@ def summary_results(summary: dict) -> list[dict]:
             for suffix, m in blocks for k in m.get("ks", [1])]
 
 
-def record_results(folder: str | Path, results: list[dict], name: str | None = None) -> Path:
+def record_results(folder: str | Path, results: list[dict], name: str | None = None,
+                   example_prompt: str | None = None) -> Path:
     """Add ``results`` to the card of the model folder, replacing earlier ones of the same benchmark (data), metric
     and settings; a folder without a card gets one (its training then reads "not recorded"). ``name``: the card's
-    title (default: the card's own, else model_name(folder))."""
+    title (default: the card's own, else model_name(folder)); ``example_prompt``: the card's example where its
+    training record has none (a model trained on data given in memory, as the demo's)."""
     folder = Path(folder)
     payload = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     data = _read_data(folder)
     training = ((data.to_dict().get("elfreg") or {}).get("training")) if data is not None else None
+    if training is not None and example_prompt and not training.get("example_prompt"):
+        training = {**training, "example_prompt": example_prompt[:EXAMPLE_PROMPT_CHARS]}
     old = _results_of(data) if data is not None else []
 
     def key(r: dict) -> tuple:

@@ -28,7 +28,7 @@ from elfreg.sampling.pipeline import check_sampling_fits
 
 def register(subparsers: Any) -> None:
     """Add the `diagnose` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser("diagnose", help="trajectory diagnostics: end-point error, stability, agreement (spec §9)",
+    p = subparsers.add_parser("diagnose", help="trajectory diagnostics: end-point error, stability, agreement (docs/diagnostics.md)",
                               description=__doc__)
     p.add_argument("--model", required=True, type=model_ref, help="model folder or hub id (ElfModel.from_pretrained)")
     p.add_argument("--model2", default=None, type=model_ref, help="a second model to compare (e.g. ELF vs ELF-REG)")

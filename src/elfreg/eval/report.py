@@ -104,7 +104,7 @@ def _blocks(met: dict) -> list[tuple[str, str | None, str | None, dict]]:
 
 def paper_lines(summary: dict) -> list[str]:
     """The paper figures the reported numbers compare with (same benchmark, sampler, NFE, ρ, w, samples), each
-    naming its table and seed line; or why none is shown."""
+    naming the paper's table; or why none is shown."""
     ev = summary.get("evaluation")
     if not ev:
         return []
@@ -118,7 +118,7 @@ def paper_lines(summary: dict) -> list[str]:
             if r["tests"] == (tests if mode else None) and r["alias"] == alias:
                 vals = ", ".join(f"{m} {v:.2f}" for m, v in r["values"]) or "no figure quoted"
                 where = f"{tests}, alias {label}: " if mode else ""
-                out.append(f"- {where}{r['metric']} vs {r['table']} ({r['source']}): {vals}"
+                out.append(f"- {where}{r['metric']} vs the paper's {r['table']}: {vals}"
                            + (f" ({r['note']})" if r["note"] else ""))
     if "alias_helpers" in summary["metrics"]:
         out.append("- the helper-tolerant alias rows are elfreg's reading, not the paper's rule: no paper figure")

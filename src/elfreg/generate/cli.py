@@ -22,7 +22,7 @@ OUTPUT_FORMATS = ("text", "jsonl")
 
 def register(subparsers: Any) -> None:
     """Add the `generate` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser("generate", help="generate responses with an ELF-REG model (spec §5)",
+    p = subparsers.add_parser("generate", help="generate responses with an ELF-REG model (docs/method.md §5)",
                               description=__doc__)
     p.add_argument("--model", required=True, type=model_ref,
                    help="model folder or hub id (ElfModel.from_pretrained)")
