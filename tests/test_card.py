@@ -120,7 +120,8 @@ def test_training_writes_how_the_model_was_trained(tmp_path, tiny_lm_dir, one_th
 
 
 def _record(**over):
-    run = {"train": {"seed": 0, "precision": "auto", "optimizer": "muon"},
+    run = {"train": {"seed": 0, "precision": "auto", "optimizer": "muon", "init_from": "/home/alice/runs/gsm8k/ckpt-7",
+                     "wandb_project": "/home/alice/x"},
            "data": {"sources": [{"name": "mine", "task": "math", "path": "/home/alice/private/mine.jsonl"}],
                     "cache_dir": "/home/alice/cache"}}
     return training_record(run, 10, {"planned_steps": 10, "epoch": 0.533}, [4.0, 3.0, 2.0], 1, "bf16",

@@ -108,14 +108,25 @@ def _portable_config(run_config: dict) -> dict:
     uploaded with the model)."""
     cfg = json.loads(json.dumps({k: run_config[k] for k in ("train", "data", "canvas") if k in run_config},
                                 default=str))
-    data = cfg.get("data") or {}
+    data, train = cfg.get("data") or {}, cfg.get("train") or {}
     if isinstance(data.get("sources"), list):
         data["sources"] = [dict(s, path=_local_name(s["path"])) if isinstance(s, dict) and s.get("path") else s
                            for s in data["sources"]]
-    for key in ("cache_dir", "validation"):
-        if isinstance(data.get(key), str):
-            data[key] = _local_name(data[key])
-    return cfg
+    for section, key in ((data, "cache_dir"), (data, "validation"), (train, "init_from")):
+        if isinstance(section.get(key), str):
+            section[key] = _local_name(section[key])
+    return _names_only(cfg)
+
+
+def _names_only(value: Any) -> Any:
+    """``value`` with every string that is a local path (absolute, ``~``, ``./``, ``../``) cut to its name."""
+    if isinstance(value, dict):
+        return {k: _names_only(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_names_only(v) for v in value]
+    if isinstance(value, str) and value.startswith(("/", "~", "./", "../")):
+        return _local_name(value)
+    return value
 
 
 def training_record(run_config: dict, steps: int, progress: dict, losses: list[float], world_size: int = 1,
