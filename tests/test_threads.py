@@ -42,3 +42,14 @@ def test_explicit_threads_are_set_and_auto_never_raises_them(monkeypatch, keep_t
 def test_generate_and_eval_run_refuse_a_bad_thread_count(command, capsys, tmp_path):
     assert main([*command, "--model", str(tmp_path), "--threads", "0"]) == 2
     assert "--threads" in capsys.readouterr().err
+
+
+def test_generate_sets_the_asked_thread_count(monkeypatch, keep_threads, tmp_path):
+    import elfreg.generate.cli as gen
+
+    seen = []
+    monkeypatch.setattr(gen, "run_generation", lambda *a, **k: seen.append(torch.get_num_threads()) or 0)
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert main(["generate", "--model", str(tmp_path), "--prompt", "x", "--threads", "3"]) == 0
+    assert seen == [3]
