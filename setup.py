@@ -1,5 +1,5 @@
 """Build hook: the wheel carries the run configs (``configs/``) as package data ``elfreg/configs``, so
-``elfreg train --config tiny-smoke`` works from a pip install (elfreg.configfiles). Everything else is pyproject.toml."""
+``elfreg train --config tiny-smoke`` works from a pip install (elfreg.configfiles). The rest is pyproject.toml."""
 
 import shutil
 from pathlib import Path

@@ -47,7 +47,8 @@ def test_a_wheel_carries_the_configs_and_loads_them_by_name(tmp_path):
         assert {"elfreg/configs/tiny-smoke.yaml", "elfreg/configs/gsm8k/elf-reg-b.yaml"} <= names
         site = tmp_path / "site"
         z.extractall(site)   # what pip installs: the package alone, no configs/ folder beside it
-    probe = ("from elfreg.configfiles import resolve_config, shipped_dirs; from elfreg.train.config import load_run_config;"
+    probe = ("from elfreg.configfiles import resolve_config, shipped_dirs;"
+             "from elfreg.train.config import load_run_config;"
              "p = resolve_config('tiny-smoke'); print(p); print(shipped_dirs());"
              "print(load_run_config(p).train.steps)")
     out = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": str(site), "PATH": "/usr/bin"},

@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # references a reader cannot open: the project's internal notes, machine paths, sections of files outside the repo
 OUTSIDE = [r"\bspec\s*§", r"\bthe spec\b", r"\bseeds?/\d", r"\bseeds? 0\d\d\b", r"reference facts", r"\bfacts §",
-           r"\.\./shared", r"/work/", r"elf-reference-facts", r"(?<![\w-])ELF-REG\.md", r"house-style", r"shared/(spec|seeds|notes)"]
+           r"\.\./shared", r"/work/", r"elf-reference-facts", r"(?<![\w-])ELF-REG\.md", r"house-style",
+           r"shared/(spec|seeds|notes)"]
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 DOC_PATH = re.compile(r"(?<![\w/.])((?:docs|configs|benchmarks|tests|src)/[\w./-]+\.(?:md|py|yaml|json|png))")
 
@@ -73,3 +74,22 @@ def test_readme_and_method_cite_the_paper_as_the_card_does():
     for page in (REPO / "README.md", REPO / "docs" / "method.md"):
         text = page.read_text(encoding="utf-8")
         assert PAPER_BIBTEX in text and PAPER_URL in text, page.name
+
+
+def _helps(parser):
+    """The help text of a parser and of every subcommand below it."""
+    import argparse
+
+    yield parser.prog, parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _helps(sub)
+
+
+def test_no_help_text_names_what_is_outside_the_repository():
+    from elfreg.cli import build_parser
+
+    for prog, text in _helps(build_parser()):
+        for pattern in OUTSIDE:
+            assert not re.search(pattern, text), f"{prog} --help: {pattern}"

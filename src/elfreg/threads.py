@@ -3,8 +3,9 @@
 torch's default, one thread per core, suits an idle machine. A small model's steps are short, so on a busy one
 its threads wait for cores: one question took 27-58 s with the default and 7 s with one thread (2 cores under
 load). ``auto``, the default: ``OMP_NUM_THREADS`` when set, else the usable CPUs less the machine's current load
-(the one-minute load average, rounded), at least 1, and never more than the process already uses. Floating-point sums split over another number of threads can
-round differently and, rarely, change a token: give ``--threads N`` to reproduce a run exactly.
+(the one-minute load average, rounded), at least 1, and never more than the process already uses. Floating-point
+sums split over another number of threads can round differently and, rarely, change a token: give ``--threads N``
+to reproduce a run exactly.
 """
 
 from __future__ import annotations
