@@ -292,9 +292,11 @@ def _use_lines(config: dict, training: dict | None) -> list[str]:
     shell = [*install, f"elfreg generate --model MODEL --prompt {shlex.quote(prompt)}"]
     python = ["from elfreg.pretrained import ElfModel", 'model = ElfModel.from_pretrained("MODEL")',
               f"print(model.generate([{json.dumps(prompt)}])[0])"]
+    example = ("The example prompt is the first of the training data." if (training or {}).get("example_prompt")
+               else "YOUR QUESTION: a question of the kind the model was trained on.")
     return [*_fenced("bash", shell), "", *_fenced("python", python), "",
-            "(MODEL: this folder, or its Hub id. The example prompt is the first of the training data.) The frozen "
-            "encoder is loaded from the place its `config.json` records."]
+            f"(MODEL: this folder, or its Hub id. {example}) The frozen encoder is loaded from the place its "
+            "`config.json` records."]
 
 
 def card_text(config: dict, template: str | None, training: dict | None, results: list[dict], name: str) -> str:
