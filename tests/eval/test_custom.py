@@ -37,6 +37,9 @@ def test_custom_and_unpinned_files_are_recorded_by_name_and_sha256(tmp_path):
         load_for_eval(reg, "custom", path)
     with pytest.raises(ValueError, match="--data"):
         load_for_eval(reg, "custom", None, "math")
+    for task, field in (("code", "task_id"), ("math500", "unique_id")):   # a file of another format: one line
+        with pytest.raises(ValueError, match=f"mine.jsonl: not in the format --task {task} reads.*{field}"):
+            load_for_eval(reg, "custom", path, task)
 
 
 def test_the_pinned_copy_given_as_data_stays_the_public_benchmark():

@@ -16,6 +16,12 @@ CUSTOM = "custom"
 RULES = {"gsm8k": "gsm8k", "math500": "math500", "code": "humaneval", "humaneval": "humaneval", "mbpp": "mbpp",
          "choice": "mmlu", "mmlu": "mmlu", "demo-arith": "demo-arith", "demo-chain": "demo-chain"}
 TASK_CHOICES = ("math", *RULES)
+# the rows each set of rules reads (docs/evaluation.md, "Your own test file")
+FORMATS = {"gsm8k": '{"question", "answer": "... #### x"}', "math500": '{"problem", "answer", "unique_id"}',
+           "humaneval": '{"task_id", "prompt", "entry_point", "test", "canonical_solution"}',
+           "mbpp": '{"task_id": 11-510, "text", "code", "test_list"}',
+           "mmlu": '{"subject", "question", "choices", "answer"}', "demo-arith": '{"id", "question", "answer"}',
+           "demo-chain": '{"id", "question", "answer"}'}
 log = logging.getLogger(__name__)
 
 
@@ -53,7 +59,12 @@ def load_for_eval(registry: BenchmarkRegistry, name: str, data: str | None, task
                              "that score your file")
         if not data:
             raise ValueError("--data: --benchmark custom needs --data FILE (your test file)")
-        bench = registry.load(rules_for(task, data), data)
+        rules = rules_for(task, data)
+        try:
+            bench = registry.load(rules, data)
+        except (KeyError, TypeError, AttributeError) as exc:   # a row without a field the rules read
+            raise ValueError(f"{data}: not in the format --task {task} reads ({rules}'s: {FORMATS[rules]}); "
+                             f"a row lacks or mistypes {exc}") from None
         bench.custom = True
         return bench
     bench = registry.load(name, data)
