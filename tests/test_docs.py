@@ -93,3 +93,17 @@ def test_no_help_text_names_what_is_outside_the_repository():
     for prog, text in _helps(build_parser()):
         for pattern in OUTSIDE:
             assert not re.search(pattern, text), f"{prog} --help: {pattern}"
+
+
+def test_readme_demo_times_are_docs_demo_md():
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    demo = (REPO / "docs" / "demo.md").read_text(encoding="utf-8")
+    rows = [line for line in demo.splitlines() if line.startswith(("| native bf16", "| AVX2 only"))]
+    # the "make demo in all" column of the CPU-class table: Intel native, Intel AVX2, AMD native, AMD AVX2
+    times = [float(re.findall(r"\*\*(\d+\.\d) min\*\*", row)[0]) for row in rows]
+    said = re.search(r"took (\d+(?:\.\d)?) minutes on an Intel CPU with native bf16 \(.*?; (\d+\.\d) on an AMD Zen 4\) "
+                     r"and (\d+\.\d) minutes with AVX2-only kernels \((\d+\.\d) on the AMD", readme)
+    assert said and len(times) == 4
+    for text, value in zip((said[1], said[3], said[2], said[4]), times):
+        places = len(text.partition(".")[2])
+        assert float(text) == round(value, places), (text, value)
