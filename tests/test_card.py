@@ -210,6 +210,7 @@ def test_eval_run_adds_its_results_to_the_card(tmp_path, tiny_lm_dir, one_thread
     assert main(argv2) == 0
     s2 = json.loads((tmp_path / "run2" / "summary.json").read_text())
     assert (s2["benchmark"], s2["rules"], s2["data"]) == ("custom", "gsm8k", summary["data"])
+    assert "Paper figures: none (custom data" in (tmp_path / "run2" / "summary.md").read_text()
     assert len(ModelCard.load(folder / "README.md").data.to_dict()["elfreg"]["custom_results"]) == 2   # replaced
 
 

@@ -255,7 +255,7 @@ def _result_lines(results: list[dict]) -> list[str]:
     public, custom = [r for r in results if is_public(r)], [r for r in results if not is_public(r)]
     if not results:
         return ["None yet: `elfreg eval run --model FOLDER --benchmark NAME --out DIR` scores the model and adds its "
-                "results here."]
+                "results here (`--benchmark custom --task TASK --data FILE` for a test file of your own)."]
     lines = []
     if public:
         lines += ["On the public benchmarks' test sets (the copies elfreg ships, checked by sha256):", "",

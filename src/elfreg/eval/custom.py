@@ -49,6 +49,13 @@ def rules_for(task: str, path: str) -> str:
     return RULES[task]
 
 
+class _NotPinnedFilter(logging.Filter):
+    """Drops the loaders' "not the pinned copy" warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is not the pinned" not in record.getMessage()
+
+
 def load_for_eval(registry: BenchmarkRegistry, name: str, data: str | None, task: str | None = None) -> Benchmark:
     """The benchmark ``eval`` scores: ``custom`` (``task`` and ``data`` required) is ``data`` read and scored by
     the rules of the task's benchmark; a named public benchmark whose ``data`` is not its pinned copy is the same,
@@ -60,11 +67,16 @@ def load_for_eval(registry: BenchmarkRegistry, name: str, data: str | None, task
         if not data:
             raise ValueError("--data: --benchmark custom needs --data FILE (your test file)")
         rules = rules_for(task, data)
+        quiet = _NotPinnedFilter()   # a custom file is not meant to be the pinned copy: no warning that it is not
+        testsets_log = logging.getLogger("elfreg.tasks.testsets")
+        testsets_log.addFilter(quiet)
         try:
             bench = registry.load(rules, data)
         except (KeyError, TypeError, AttributeError) as exc:   # a row without a field the rules read
             raise ValueError(f"{data}: not in the format --task {task} reads ({rules}'s: {FORMATS[rules]}); "
                              f"a row lacks or mistypes {exc}") from None
+        finally:
+            testsets_log.removeFilter(quiet)
         bench.custom = True
         return bench
     bench = registry.load(name, data)

@@ -109,6 +109,8 @@ def paper_lines(summary: dict) -> list[str]:
     if not ev:
         return []
     refs = ev.get("paper_refs") or []
+    if summary.get("data"):   # custom: a file of the user's, not the paper's test set
+        return ["Paper figures: none (custom data: the paper's figures are for its test sets)."]
     if not refs:
         return ["Paper figures: none for these settings (they are not a sampling run of the paper's protocol)."]
     out = ["Paper figures for the same benchmark, sampler, NFE, rho, w and samples (pass@k in %):"]
