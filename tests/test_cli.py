@@ -349,6 +349,9 @@ def test_every_documented_task_is_accepted():
                 args = parser.parse_known_args([*argv, "--task", task])[0] if cmd == "eval run" else \
                     argparse.Namespace(**{a.dest: a.default for _, a in walk_actions(parser) if _ == "elfreg generate"})
                 args.task = task
+                for key, value in (("sampler", "early-stop"), ("nfe", 64), ("rho", 8)):   # eval run: None = not given
+                    if getattr(args, key, None) is None:
+                        setattr(args, key, value)
                 cfg = sampler_config_from_args(args)
                 assert cfg.w in (2.0, 3.0)
             if cmd == "diagnose":

@@ -34,6 +34,12 @@ def test_quick_demo_writes_every_artifact(demo_run):
         assert (out / name).is_file(), name
     for png in ("accuracy_vs_nfe.png", "learning_curves.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from huggingface_hub import ModelCard   # each model's card: its title, the demo's results, a task example
+
+    card = ModelCard.load(out / "ELF-REG/seed-1/model/README.md")
+    assert card.data.model_name == "ELF-REG demo (seed 1)" and card.data.eval_results is None
+    assert {r["sampler"] for r in card.data.to_dict()["elfreg"]["custom_results"]} >= {"early-stop", "full-span"}
+    assert "YOUR QUESTION" not in card.text and "**precision**: " in card.text
     results = json.loads((out / "results.json").read_text())
     cfg = demo_config(True, [])
     n_seeds, n_eval = len(cfg.train.seeds), len(cfg.eval.seeds)

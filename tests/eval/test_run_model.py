@@ -147,8 +147,8 @@ def test_math500_paper_protocol_samples_twice_and_names_each_table(tmp_path, tin
                     ("pass@16", "Table 3")}
     md = (out / "summary.md").read_text()
     assert "### nfe-128: early-stop, 128 NFE, pass@1" in md and "### nfe-64: early-stop, 64 NFE" in md
-    assert "- pass@1 vs Table 2 (seeds/002:261): ELF-L 10.55, ELF-REG-L 13.39" in md
-    assert "- pass@16 vs Table 3 (seeds/002:296): ELF-L 44.00, ELF-REG-L 52.20" in md
+    assert "- pass@1 vs the paper's Table 2: ELF-L 10.55, ELF-REG-L 13.39" in md
+    assert "- pass@16 vs the paper's Table 3: ELF-L 44.00, ELF-REG-L 52.20" in md
     # a second run resumes both folders: nothing generated again
     before = (out / "nfe-64" / "generations.jsonl").read_text()
     assert main(["eval", "run", "--model", str(model), "--benchmark", "math500", "--data", str(data), "--out",

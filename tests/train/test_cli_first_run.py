@@ -43,8 +43,11 @@ def test_train_ends_with_final_loss_time_and_learning_curve(tmp_path, tiny_lm_di
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     last = out.strip().splitlines()[-1]
     png = tmp_path / "run" / "learning_curve.png"
-    assert last.startswith(f"final loss {records[-1]['loss']:.4g} (step 3, first logged {records[0]['loss']:.4g} "
-                           "at step 1); ")
+    mean = sum(r["loss"] for r in records) / 3   # logged at every step: the mean of the last (all 3) steps
+    assert last.startswith(f"final loss {mean:.4g} (mean of the last 3 steps to step 3; first logged "
+                           f"{records[0]['loss']:.4g} at step 1); ")
+    card = (tmp_path / "run" / "model" / "README.md").read_text()   # the card says the same final loss
+    assert f"**Final training loss**: {mean:.4g} (the mean over the last 3 steps" in card
     assert re.search(r"; \d+ s; learning curve ", last) and last.endswith(str(png))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # --no-progress is train.progress=false, which a resumed run may change

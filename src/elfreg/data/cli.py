@@ -192,7 +192,7 @@ def register(subparsers: Any) -> None:
     cs.set_defaults(func=cmd_canvas_stats)
 
     mm = sub.add_parser("mmlu-train", help="the MMLU training file: auxiliary-train questions + your rationales, "
-                                           "kept when their letter is the gold one, decontaminated (spec §7)")
+                                           "kept when their letter is the gold one, decontaminated (docs/data.md)")
     mm.add_argument("--questions", default="hub", type=input_path,
                     help="auxiliary-train questions: 'hub' (cais/mmlu, config auxiliary_train), 'hub:<dataset id>', "
                          "data.tar's auxiliary_train/ folder of CSVs, a CSV, or JSONL/Parquet {question, choices, "

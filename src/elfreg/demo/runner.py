@@ -22,6 +22,7 @@ import torch
 
 from elfreg.atomic import atomic_write_text
 from elfreg.configtools import dump_yaml, from_dict, to_dict
+from elfreg.demo.cards import write_demo_cards
 from elfreg.demo.config import VARIANTS, DemoConfig
 from elfreg.demo.evaluation import encode_test, eval_cells, evaluate, merge_evals
 from elfreg.demo.lanes import LanePool, evaluate_job, time_job, train_job
@@ -267,5 +268,7 @@ def run_demo(cfg: DemoConfig, out: str | Path, cache_dir: str | Path | None = No
     # what the numbers reproduce on (report: Reproducibility)
     results["machine"] = machine_info(cfg.threads, cfg.lanes, precision)
     atomic_write_text(out / "results.json", dumps(results, indent=2))
+    write_demo_cards([(v, run, e) for (v, _), (run, e) in zip(jobs, done)], cfg, out, len(test_p),
+                     data.train_rows[0].get("prompt"))
     write_report(results, cfg, out)
     return results

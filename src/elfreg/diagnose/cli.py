@@ -1,4 +1,5 @@
-"""`elfreg diagnose`: trajectory diagnostics of one or two models -> diagnostics.json + diagnostics.png (spec §9)."""
+"""`elfreg diagnose`: trajectory diagnostics of one or two models -> diagnostics.json + diagnostics.png
+(docs/diagnostics.md)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from elfreg.sampling.pipeline import check_sampling_fits
 
 def register(subparsers: Any) -> None:
     """Add the `diagnose` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser("diagnose", help="trajectory diagnostics: end-point error, stability, agreement (spec §9)",
+    p = subparsers.add_parser("diagnose", help="trajectory diagnostics: end-point error, stability, agreement",
                               description=__doc__)
     p.add_argument("--model", required=True, type=model_ref, help="model folder or hub id (ElfModel.from_pretrained)")
     p.add_argument("--model2", default=None, type=model_ref, help="a second model to compare (e.g. ELF vs ELF-REG)")

@@ -10,6 +10,7 @@ from ..bounds import INT64_MAX, Range
 from ..cliargs import error_line, input_file, output_dir
 from ..sandbox import ISOLATION_CHOICES, IsolationUnavailable, Sandbox, SandboxConfig
 from .completions import FIELDS, CompletionsError, load_completions
+from .custom import load_for_eval
 from .protocol import parse_ks, validate_ks
 from .registry import default_registry
 from .report import markdown_table, write_reports
@@ -62,7 +63,7 @@ def run_score(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        bench = default_registry().load(args.benchmark, args.data)
+        bench = load_for_eval(default_registry(), args.benchmark, args.data)
         # read once (a FIFO can be given), hashed as read for the fingerprint; lines bounded before they are held
         completions = load_completions(args.completions, bench.by_id, FIELDS if bench.kind == "code" else
                                        ("completion",), args.max_completion_bytes)

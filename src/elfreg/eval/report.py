@@ -13,6 +13,7 @@ from ..jsontext import dumps
 from ..tasks.benchmark import Benchmark
 
 from .codeprep import ALIAS_MODES
+from .custom import custom_record
 from .metrics import summarize
 from .protocol import default_ks, validate_ks
 
@@ -84,6 +85,7 @@ def build_summary(bench: Benchmark, rows: list[dict], opts, isolation: str | Non
         "settings": {**opts_d, "isolation": isolation, "prompt_format": prompt_home(bench.prompt_formatter),
                      "sanitizer": "elfreg.eval.sanitize (EvalPlus 0.3.1 behaviour)" if bench.kind == "code" else None},
         "versions": _versions(), "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **custom_record(bench),   # a user's file: "custom", its rules, its name and sha256
     }
 
 
@@ -102,11 +104,13 @@ def _blocks(met: dict) -> list[tuple[str, str | None, str | None, dict]]:
 
 def paper_lines(summary: dict) -> list[str]:
     """The paper figures the reported numbers compare with (same benchmark, sampler, NFE, ρ, w, samples), each
-    naming its table and seed line; or why none is shown."""
+    naming the paper's table; or why none is shown."""
     ev = summary.get("evaluation")
     if not ev:
         return []
     refs = ev.get("paper_refs") or []
+    if summary.get("data"):   # custom: a file of the user's, not the paper's test set
+        return ["Paper figures: none (custom data: the paper's figures are for its test sets)."]
     if not refs:
         return ["Paper figures: none for these settings (they are not a sampling run of the paper's protocol)."]
     out = ["Paper figures for the same benchmark, sampler, NFE, rho, w and samples (pass@k in %):"]
@@ -116,7 +120,7 @@ def paper_lines(summary: dict) -> list[str]:
             if r["tests"] == (tests if mode else None) and r["alias"] == alias:
                 vals = ", ".join(f"{m} {v:.2f}" for m, v in r["values"]) or "no figure quoted"
                 where = f"{tests}, alias {label}: " if mode else ""
-                out.append(f"- {where}{r['metric']} vs {r['table']} ({r['source']}): {vals}"
+                out.append(f"- {where}{r['metric']} vs the paper's {r['table']}: {vals}"
                            + (f" ({r['note']})" if r["note"] else ""))
     if "alias_helpers" in summary["metrics"]:
         out.append("- the helper-tolerant alias rows are elfreg's reading, not the paper's rule: no paper figure")

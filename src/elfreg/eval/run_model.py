@@ -22,9 +22,11 @@ from elfreg.fingerprint import FOLDER_FILE, add_restart_argument, claim, model_i
 from elfreg.resources import check_fits, sampler_grid_need
 from elfreg.sampling.exit import nfe_summary
 from elfreg.tasks.registry import KIND_TASKS, extract_for
+from elfreg.threads import add_threads_argument, set_inference_threads
 
 from ..sandbox import ISOLATION_CHOICES, Sandbox, SandboxConfig, TimeRule
 from .completions import MAX_COMPLETION_BYTES_RANGE, Completion
+from .custom import CUSTOM, load_for_eval
 from .protocol import parse_ks, protocol_names, resolve_runs
 from .registry import default_registry
 from .report import combined_markdown, markdown_table, write_reports
@@ -128,9 +130,12 @@ def register_run(sub) -> None:
 
     p = sub.add_parser("run", help="generate with an elfreg model on a benchmark, then score it")
     p.add_argument("--model", required=True, type=model_ref, help="model folder or hub id (ElfModel.from_pretrained)")
-    p.add_argument("--benchmark", required=True, help=f"one of {', '.join(default_registry().names())}")
+    p.add_argument("--benchmark", required=True,
+                   help=f"one of {', '.join(default_registry().names())}, or custom: your own --data file, scored "
+                        "by the rules of --task's benchmark (docs/evaluation.md, 'Your own test file')")
     p.add_argument("--data", default=None, type=input_file,
-                   help="benchmark file (default: the copy shipped with elfreg)")
+                   help="benchmark file (default: the copy shipped with elfreg); a file that is not the benchmark's "
+                        "pinned copy (sha256) is scored by its rules and recorded as custom, by its name and sha256")
     p.add_argument("--out", required=True, type=output_dir,
                    help="run folder: prompts, generations, samples, results, summary (resumed when it exists)")
     p.add_argument("--limit", type=COUNT.arg, default=None, help="only the first N problems (reported as a subset)")
@@ -150,6 +155,7 @@ def register_run(sub) -> None:
                         "tokens)")
     add_code_scoring_arguments(p)
     add_sampler_arguments(p)
+    add_threads_argument(p)
     add_restart_argument(p)
     # None = "not given", so a protocol can fill it and the report can say where each value came from.
     p.set_defaults(func=cmd_eval_run, sampler=None, nfe=None, rho=None, samples=None)
@@ -291,9 +297,12 @@ def _one_run(args: argparse.Namespace, bench, problems, resolved, cfg, out: Path
                         text_limit_s=args.text_limit, progress=not args.no_progress, ks=resolved.values["ks"],
                         alias_helpers=args.alias_helpers, max_completion_bytes=args.max_completion_bytes)
     summary = score_completions(bench, comps, out / "results.jsonl", opts, sandbox)
+    evaluation = resolved.as_dict()
+    if bench.custom:   # the paper's figures are for its test sets, not for this file
+        evaluation["paper_refs"] = []
     summary.update(model=str(args.model), generation=gen, nfe=generation_nfe(gens_path),
                    samples_per_problem=resolved.values["samples"], problems=len(problems),
-                   evaluation=resolved.as_dict(), prompts_too_long=skipped)
+                   evaluation=evaluation, prompts_too_long=skipped)
     if resolved.label:
         summary["run_label"] = (f"{resolved.label}: {resolved.values['sampler']}, {resolved.values['nfe']} NFE, "
                                 f"pass@{', pass@'.join(map(str, resolved.values['ks']))}")
@@ -312,15 +321,16 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     from elfreg.sampling.config import task_w
 
     registry = default_registry()
-    if args.benchmark not in registry.names():
-        raise ValueError(f"--benchmark: unknown benchmark {args.benchmark!r}; one of {', '.join(registry.names())}")
+    if args.benchmark not in (*registry.names(), CUSTOM):
+        raise ValueError(f"--benchmark: unknown benchmark {args.benchmark!r}; one of {', '.join(registry.names())}, "
+                         f"{CUSTOM}")
     runs = resolve_runs(args.protocol, args.benchmark,
                         {k: getattr(args, k, None) for k in ("sampler", "nfe", "rho", "samples", "w", "task")}
                         | {"ks": parse_ks(args.k) if args.k is not None else None})
     # bad limits fail before any work
     ScoreOptions(workers=args.workers, time_rule=time_rule(args), text_limit_s=args.text_limit,
                  max_completion_bytes=args.max_completion_bytes)
-    bench = registry.load(args.benchmark, args.data)
+    bench = load_for_eval(registry, args.benchmark, args.data, getattr(args, "task", None))
     for i, resolved in enumerate(runs):
         if resolved.values["w"] is None:  # a w preset by name (--task, else the benchmark kind's): record the number
             task = resolved.values["task"] or W_TASK[bench.kind]
@@ -338,6 +348,7 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     # Before any generation, and before --out is touched: code scoring refuses to run without isolation
     # (unless --isolation none).
     sandbox = Sandbox(SandboxConfig(isolation=args.isolation)) if bench.kind == "code" else None
+    set_inference_threads(getattr(args, "threads", None))
     load = _cached_loader()
     summaries: dict[str, dict] = {}
     try:

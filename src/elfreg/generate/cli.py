@@ -15,13 +15,14 @@ from elfreg.fingerprint import add_restart_argument
 from elfreg.sampling.files import PromptFile, inline_prompts, read_prompts
 from elfreg.sampling.flags import add_sampler_arguments, generation_job
 from elfreg.sampling.generate import run_generation
+from elfreg.threads import add_threads_argument, set_inference_threads
 
 OUTPUT_FORMATS = ("text", "jsonl")
 
 
 def register(subparsers: Any) -> None:
     """Add the `generate` subcommand to an argparse subparsers object."""
-    p = subparsers.add_parser("generate", help="generate responses with an ELF-REG model (spec §5)",
+    p = subparsers.add_parser("generate", help="generate responses with an ELF-REG model (docs/method.md §5)",
                               description=__doc__)
     p.add_argument("--model", required=True, type=model_ref,
                    help="model folder or hub id (ElfModel.from_pretrained)")
@@ -38,6 +39,7 @@ def register(subparsers: Any) -> None:
                    help="stdout without --out: text (each answer, then a newline; the default with --prompt) or "
                         "jsonl (one result record per line, as --out writes them; the default with --prompts)")
     add_sampler_arguments(p)
+    add_threads_argument(p)
     add_restart_argument(p)
     p.set_defaults(func=cmd_generate)
 
@@ -66,4 +68,5 @@ def cmd_generate(args: argparse.Namespace,
         prompts = prompts_of(args)
     except (ValueError, FileNotFoundError) as exc:
         return bad_input(exc)
+    set_inference_threads(getattr(args, "threads", None))
     return run_generation(job, prompts, load, bad_input)

@@ -41,6 +41,8 @@ class Benchmark:
     code_tests: tuple[str, ...] = ()  # code only: ("base",) or ("base", "plus")
     answer_extractor: Callable[[str], str | None] | None = None
     data_version: str | None = None  # the pinned version when the file is the shipped copy byte for byte
+    # a user's file scored by this benchmark's rules: recorded as "custom", by the file's name and sha256
+    custom: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -17,7 +17,7 @@ problem, not copying. The final line ``#### <answer>`` lets the GSM8K-style extr
 token, so a problem with 2 hops and a 2-hop distractor is 26 prompt + 11 response tokens.
 
 Why this family: two-digit word arithmetic reached only 1-4% exact answers after 1,200 CPU steps (the
-arithmetic table was the bottleneck, /work/shared/notes/cpu-probe.md), while lookups need no table. Probe
+arithmetic table was the bottleneck, in an earlier CPU probe), while lookups need no table. Probe
 (throwaway; SmolLM2-135M layer 6 features, 4.3M-parameter student, batch 64, AdamW 2e-3, EMA 0.99, 16-NFE
 Euler, 200 test problems) measured exact final answers at 150/300/450/600 steps: 2 hops + 1 distractor
 chain of 2 hops, ELF 9/8/8.5/28.5% (0.5% with the whole chain right); 1 hop + 1 one-hop distractor,

@@ -80,7 +80,24 @@ class Checkpointing:
 
         losses = [h["loss"] for h in getattr(self, "_history", [])]
         return training_record(to_dict(self.cfg), step, {"planned_steps": self.total_steps, **self.progress(step)},
-                               losses, self.info.world_size)
+                               losses, self.info.world_size, self.precision.choice, self.example_prompt())
+
+    def example_prompt(self) -> str | None:
+        """The first training row's prompt (the card's example of how to ask the model), read once; None when the
+        run's data has no source to read it from (a dataset given in memory, as the demo's)."""
+        if not hasattr(self, "_example_prompt"):
+            import dataclasses
+
+            from elfreg.train.setup import run_stream
+
+            self._example_prompt = None
+            if self.cfg.data.sources:
+                one = dataclasses.replace(self.cfg, data=dataclasses.replace(self.cfg.data, shuffle_buffer=1))
+                try:
+                    self._example_prompt = str(next(iter(run_stream(one, epochs=1)))["prompt"])
+                except Exception:   # an unreadable source (offline hub, ...) costs the card its example, never a save
+                    self._example_prompt = None
+        return self._example_prompt
 
     # -- checkpoints ----------------------------------------------------------------------------------------------
     def save(self, step: int) -> Path | None:

@@ -7,13 +7,15 @@ import sys
 import time
 from pathlib import Path
 
-from elfreg.cliargs import config_placeholder, device_problem, error_line, input_file, output_dir, quiet_loaders
+from elfreg.cliargs import config_placeholder, device_problem, error_line, output_dir, quiet_loaders
+from elfreg.configfiles import config_arg
 from elfreg.fingerprint import add_restart_argument
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``train`` flags (shared by ``elfreg train`` and ``python -m elfreg.train``)."""
-    p.add_argument("--config", required=True, type=input_file, help="run YAML (configs/...)")
+    p.add_argument("--config", required=True, type=config_arg,
+                   help="run YAML: a file, or a shipped config by name (tiny-smoke, gsm8k/elf-reg-b, ...)")
     p.add_argument("--output", type=output_dir,
                    help="run folder: checkpoints, metrics.jsonl, model/ (not needed with --dry-run)")
     p.add_argument("--dry-run", action="store_true",
@@ -80,19 +82,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"step {res.step}{epoch}: {sm['tokens_total']:,} tokens (prompt + response + EOS), overflow skipped "
               f"{sm['overflow_skipped']:,} of {sm['overflow_rows_read']:,} rows read; checkpoint "
               f"{res.last_checkpoint}, EMA model {res.model_dir}; summary {res.output / 'summary.json'}")
-        print(closing_line(res.output, time.perf_counter() - t0))
+        print(closing_line(res.output, time.perf_counter() - t0, [h["loss"] for h in res.history]))
     return 0
 
 
-def closing_line(output: Path, seconds: float) -> str:
-    """The run's last line: its final logged loss, this command's wall time and the learning-curve PNG (drawn
+def closing_line(output: Path, seconds: float, losses: list[float] = ()) -> str:
+    """The run's last line: its final loss (``losses``, one per step this command ran: elfreg.card.final_loss, the
+    value the model card records), the first logged loss, this command's wall time and the learning-curve PNG (drawn
     here from metrics.jsonl)."""
+    from elfreg.card import final_loss
     from elfreg.train.metrics import plot_learning_curve, read_metrics
 
     records = read_metrics(output / "metrics.jsonl")
     png = plot_learning_curve(output)
-    loss = (f"final loss {records[-1]['loss']:.4g} (step {records[-1]['step']}, first logged "
-            f"{records[0]['loss']:.4g} at step {records[0]['step']})" if records else "no loss logged")
+    value, steps = final_loss(list(losses))
+    loss = (f"final loss {value:.4g} (mean of the last {steps} steps to step {records[-1]['step']}; first logged "
+            f"{records[0]['loss']:.4g} at step {records[0]['step']})" if records and value is not None
+            else "no loss logged")
     return f"{loss}; {seconds:.0f} s; learning curve {png if png else '- (nothing logged)'}"
 
 
