@@ -32,6 +32,7 @@ def test_watching_changes_no_answer_and_costs_apart_from_the_nfe(opts, every):
         steps = [v.step for v in mine]
         assert steps == sorted(steps) and all(s % every == 0 or s == v.steps for s, v in zip(steps, mine))
         assert not any(mine[0].stable) and all(len(v.stable) == len(v.token_ids) == len(v.tokens) for v in mine)
+        assert all("".join(v.tokens) == v.text for v in mine)
         ts = [v.t for v in mine]
         assert ts == sorted(ts) and all(0 <= t < 1 for t in ts)
         if cfg.sampler in ("early-stop", "renoise"):   # the last view decodes the state the answer is decoded from

@@ -34,7 +34,7 @@ class StepView:
     t: float                  # the time of that call
     text: str                 # the response decoded from the clean prediction, up to its first EOS
     token_ids: list[int]
-    tokens: list[str]         # each token's text
+    tokens: list[str]         # each token's share of the text (token_pieces)
     stable: list[bool]        # each token is the one this sample's previous view showed at its place
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,6 +55,18 @@ class Watch:
     def due(self, step: int, steps: int) -> bool:
         """Whether the view after ``step`` of ``steps`` denoiser calls is wanted."""
         return step % self.every == 0 or step == steps
+
+
+def token_pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
+    """Each token's share of the decoded text: what decoding one more token adds (so the pieces join to the text
+    wherever decoding a prefix gives a prefix of the text; otherwise the token decoded alone)."""
+    pieces, before = [], ""
+    for k in range(len(ids)):
+        now = tokenizer.decode(list(ids[:k + 1]), skip_special_tokens=True)
+        pieces.append(now[len(before):] if now.startswith(before) else
+                      tokenizer.decode([ids[k]], skip_special_tokens=True))
+        before = now
+    return pieces
 
 
 def step_hook(watches: Watch | Sequence[Watch | None] | None, keys: Sequence[Key], prompt_mask: torch.Tensor,
@@ -87,7 +99,7 @@ def step_hook(watches: Watch | Sequence[Watch | None] | None, keys: Sequence[Key
             out.setdefault(per_row[r], []).append(StepView(
                 prompt_index=p_idx, sample_index=s_idx, step=n, steps=step.steps, t=float(step.t[i]),
                 text=tokenizer.decode(resp, skip_special_tokens=True), token_ids=resp,
-                tokens=[tokenizer.decode([tok], skip_special_tokens=True) for tok in resp], stable=stable))
+                tokens=token_pieces(tokenizer, resp), stable=stable))
         for watch, views in out.items():
             watch.callback(views)
     return hook
