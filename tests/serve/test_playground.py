@@ -46,6 +46,22 @@ def test_the_page_is_served_at_the_root_and_fetches_nothing_from_elsewhere(url):
     assert not re.search(r"fetch\(\s*[\"'`]https?:", page) and "@import" not in page
 
 
+def test_serve_ui_opens_the_page_once_the_server_answers(url):
+    from elfreg.serve.ui import open_when_up, page_url
+
+    opened = []
+    open_when_up(f"{url}/", opener=opened.append, timeout=30).join(timeout=60)
+    assert opened == [f"{url}/"]
+    assert page_url("0.0.0.0", 8000) == "http://127.0.0.1:8000/" and page_url("::", 80) == "http://[::1]:80/"
+
+
+def test_serve_ui_needs_a_known_port(tmp_path, capsys):
+    from elfreg.cli import main
+
+    assert main(["serve", "--model", str(tmp_path), "--port", "0", "--ui"]) == 2
+    assert "--ui: needs the server's --port" in capsys.readouterr().err
+
+
 def _artifacts(tmp_path: Path) -> Path:
     return Path(os.environ.get("ELFREG_TEST_ARTIFACTS") or tmp_path)
 
