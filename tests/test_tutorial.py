@@ -22,7 +22,7 @@ def test_the_tutorial_notebook_runs(tmp_path, tiny_lm_dir, monkeypatch):
     monkeypatch.delenv("MPLBACKEND", raising=False)   # the kernel's inline backend shows the plot
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "the notebook is stored without outputs"
+    assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "stored without outputs"
     nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
                             ).execute()
     text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
