@@ -79,8 +79,14 @@ def test_a_typed_question_settles_in_the_browser_to_generates_answer(model, url,
         page.type("#prompt", QUESTION)
         page.type("#nfe", "10")
         page.type("#seed", "2")
+        page.eval("window.seen = []; new MutationObserver(() => { const s = document.getElementById('status');"
+                  " window.seen.push([s.dataset.state, Number(s.dataset.views),"
+                  " document.getElementById('final').textContent]); })"
+                  ".observe(document.getElementById('status'), {attributes: true, childList: true, subtree: true})")
         page.click("#run")
         page.wait_for("document.getElementById('status').dataset.state === 'done'")
+        seen = page.eval("window.seen")
+        assert any(state == "running" and views > 0 and final == "" for state, views, final in seen), seen
         want = model.generate([QUESTION], seed=2, nfe=10, rho=2)[0]
         assert want and page.eval("document.getElementById('final').textContent") == want
         assert page.eval("document.getElementById('status').dataset.views") == "9"   # every denoiser call: 10 - 1
