@@ -145,3 +145,23 @@ def test_the_openai_client_raises_on_a_refused_stream(live):
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="tiny", messages=_chat("a " * 40), stream=True)
     assert info.value.body["code"] == "context_length_exceeded"
+
+
+def test_a_client_leaving_mid_stream_harms_no_other_request(model, live):
+    import http.client
+
+    server, client, url = live
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request("POST", "/v1/chat/completions", json.dumps(
+        {"messages": _chat("reverse a b c d"), "stream": True, "nfe": 12, "rho": 2,
+         "elfreg": {"trajectory": True, "every": 1}}), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200 and r.read(64)   # the first chunk came, then the client goes
+    conn.close()
+    chunks = list(client.chat.completions.create(model="tiny", messages=_chat("copy d"), stream=True))
+    assert "".join(ch.delta.content or "" for c in chunks for ch in c.choices) == model.generate(["copy d"], **NFE)[0]
+    status, body = 0, {}
+    with urllib.request.urlopen(f"{url}/health", timeout=30) as h:
+        status, body = h.status, json.loads(h.read())
+    assert status == 200 and body["status"] == "ok"
