@@ -12,7 +12,7 @@
   denoising trajectory on request (``"elfreg": {"trajectory": true, "every": k}``; elfreg.serve.stream).
 - Errors are OpenAI's JSON (``{"error": {"message", "type", "param", "code"}}``): 400 for a bad field or a prompt
   over the model's limit (code ``context_length_exceeded``: refused, never truncated), 404 for another model name.
-- ``GET /v1/models``, ``GET /health``.
+- ``GET /v1/models``, ``GET /health``; ``GET /``: the playground page (elfreg.serve.ui).
 """
 
 import asyncio
@@ -29,7 +29,7 @@ from elfreg.serve.ui import add_playground
 
 MAX_ROWS_PER_REQUEST = 1024   # prompts x n of one request, at most (a bound on one request's work)
 IGNORED = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "logit_bias", "user", "logprobs",
-           "echo", "best_of", "suffix", "top_logprobs", "stream_options", "response_format", "tools", "tool_choice",
+           "echo", "best_of", "suffix", "top_logprobs", "response_format", "tools", "tool_choice",
            "parallel_tool_calls", "max_completion_tokens", "store", "metadata", "service_tier", "modalities")
 SAMPLER_FIELDS = {f.name for f in fields(SamplerConfig)} | {"task"}
 
