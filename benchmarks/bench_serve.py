@@ -2,7 +2,7 @@
 ElfModel.generate in one batch.
 
 Run: PYTHONPATH=src python benchmarks/bench_serve.py [--requests 64] [--nfe 16] [--clients 1 8 32] [--threads 1]
-     [--max-batch 32] [--max-wait-ms 10] [--no-batch-invariant]
+     [--max-batch 32] [--max-wait-ms 10] [--no-batch-invariant] [--trajectory 1 4 [--rounds 20]]
 Needs the serve extra and the openai client (pip install "elfreg[serve]" openai; `make bench` installs them).
 
 The model is demo-sized (the demo's student: 4 x 64, canvas 30, random weights) over the real frozen encoder the
@@ -13,6 +13,11 @@ Printed per concurrency: requests/s, p50 and p95 latency, the mean rows per batc
 answer equals the pipeline's for its question under noise key (0, 0), computed in one batch (the server's batches
 must not change a request's answer). The reference row is all the questions through ElfModel.generate in one batch (no HTTP): the throughput a
 server that always had a full batch would approach. Wall times on a shared machine: compare rows of one run.
+
+``--trajectory K ...``: the cost of watching. One client sends, round after round (``--rounds``), one request of each
+kind in a rotating order: plain (no stream), ``stream: true``, and ``stream: true`` with the trajectory every K
+steps; printed per kind: the median latency, its ratio to the plain request's, the view decodes per request (not
+NFE) and whether the answer is the plain one. Interleaving keeps a shared machine's drift out of the ratios.
 """
 
 from __future__ import annotations
@@ -71,6 +76,9 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--max-wait-ms", type=float, default=10.0)
     ap.add_argument("--batch-invariant", action=argparse.BooleanOptionalAction, default=None)
+    ap.add_argument("--trajectory", type=int, nargs="+", default=None, metavar="K",
+                    help="measure the trajectory stream every K steps against a plain request (instead of --clients)")
+    ap.add_argument("--rounds", type=int, default=20, help="--trajectory: requests of each kind")
     args = ap.parse_args()
     import openai
 
@@ -108,6 +116,9 @@ def main() -> None:
                 return r.choices[0].message.content, time.perf_counter() - t
 
             ask(qs[0])   # warm-up
+            if args.trajectory:
+                trajectory_costs(client, qs, args.trajectory, args.rounds)
+                return
             for c in args.clients:
                 first = len(server.batcher.batch_rows)
                 t0 = time.perf_counter()
@@ -119,6 +130,48 @@ def main() -> None:
                 same = all(text == r for (text, _), r in zip(out, ref))
                 print(f"{c:>8} {args.requests / wall:>8.1f} {percentile(lat, 50):>8.0f} {percentile(lat, 95):>8.0f} "
                       f"{sum(rows) / len(rows):>10.1f} {'yes' if same else 'NO':>13}")
+
+
+def trajectory_costs(client, qs: list[str], ks: list[int], rounds: int) -> None:
+    """Median latency of plain, streamed and trajectory-streamed requests, interleaved; ratios to plain."""
+    kinds = ["plain", "stream"] + [f"trajectory k={k}" for k in ks]
+
+    def request(kind: str, q: str) -> tuple[float, str, int, int]:
+        msgs = [{"role": "user", "content": q}]
+        t = time.perf_counter()
+        if kind == "plain":
+            r = client.chat.completions.create(model="demo", messages=msgs)
+            return time.perf_counter() - t, r.choices[0].message.content, 0, 0
+        extra = {} if kind == "stream" else {"elfreg": {"trajectory": True, "every": int(kind.split("=")[1])}}
+        text, views, calls = "", 0, 0
+        for chunk in client.chat.completions.create(model="demo", messages=msgs, stream=True, extra_body=extra):
+            text += "".join(c.delta.content or "" for c in chunk.choices)
+            fields = (chunk.model_extra or {}).get("elfreg") or {}
+            views += len(fields.get("views", []))
+            calls = fields.get("view_calls", [calls])[0]
+        return time.perf_counter() - t, text, views, calls
+
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    same: dict[str, bool] = {k: True for k in kinds}
+    seen: dict[str, tuple[int, int]] = {}
+    for r in range(rounds):
+        q = qs[r % len(qs)]
+        order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]   # rotate: no kind always runs first
+        answers = {}
+        for kind in order:
+            s, text, views, calls = request(kind, q)
+            times[kind].append(s)
+            answers[kind] = text
+            seen[kind] = (views, calls)
+        same = {k: same[k] and answers[k] == answers["plain"] for k in kinds}
+    base = statistics.median(times["plain"])
+    print(f"\ntrajectory stream cost: {rounds} rounds of one request of each kind, one client, interleaved")
+    print(f"{'kind':>16} {'median ms':>10} {'x plain':>8} {'views':>6} {'view decodes':>13} {'same answer':>12}")
+    for kind in kinds:
+        med = statistics.median(times[kind])
+        views, calls = seen[kind]
+        print(f"{kind:>16} {med * 1000:>10.1f} {med / base:>8.2f} {views:>6} {calls:>13} "
+              f"{'yes' if same[kind] else 'NO':>12}")
 
 
 if __name__ == "__main__":

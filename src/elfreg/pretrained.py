@@ -174,7 +174,9 @@ class ElfModel:
         saved template; answers are cut at the response and the first EOS. ``task`` sets w and the adaptive exit's
         answer; ``sampler_options``: other sampler settings (rho, w, sigma, ...; default sigma: the training one),
         ``batch_size`` (16), ``batch_invariant`` (default per device), ``precision`` (auto, bf16, fp32),
-        ``formatted=True`` (prompts used as given).
+        ``formatted=True`` (prompts used as given), ``on_step`` and ``every`` (watch each sample's text while it is
+        made: ``on_step(views)`` at every ``every``-th denoiser call, elfreg.sampling.watch.StepView; its decoder
+        calls are not part of the NFE and the answers do not change).
         """
         from elfreg.sampling.text import generate_texts
 

@@ -107,6 +107,33 @@ def test_readout_matches_elfreg_generate_early_stop(tmp_path, tiny_lm_dir, promp
         assert s["answers"][0] == (texts[s["prompt_index"]].strip() or None)
 
 
+def test_the_first_samples_keep_their_texts_in_the_json_and_the_report(tmp_path, tiny_lm_dir, prompts_file):
+    from elfreg.pretrained import ElfModel
+
+    reg = _save(tmp_path, tiny_lm_dir, "elf-reg", "reg")
+    out = tmp_path / "diag"
+    assert cmd_diagnose(_parse("--model", str(reg), "--prompts", str(prompts_file), "--out", str(out), "--steps",
+                               "16", "--readouts", "2,4,8", "--seeds", "0,1", "--accel-steps", "0", "--task",
+                               "exact", "--keep-texts", "4", "--batch-size", "2", "--device", "cpu",
+                               "--no-progress")) == 0
+    samples = json.loads((out / "diagnostics.json").read_text())["models"]["elf-reg"]["samples"]
+    kept = [s for s in samples if "texts" in s]
+    assert [(s["prompt_index"], s["seed"]) for s in kept] == [(0, 0), (1, 0), (2, 0), (0, 1)]   # across batches
+    model = ElfModel.from_pretrained(reg)
+    for s in kept:
+        assert len(s["texts"]) == 4 and [t.strip() or None for t in s["texts"]] == s["answers"]
+        want = model.generate([q for q, _ in PROMPTS], sampler="early-stop", nfe=4, rho=4, seed=s["seed"])
+        assert s["texts"][1] == want[s["prompt_index"]]   # the read-out at NFE 4: what early-stop with 4 NFE answers
+    report = (out / "diagnostics.md").read_text()
+    assert "## The texts over time" in report and report.count("#### elf-reg: prompt ") == 4
+    assert "#### elf-reg: prompt 1, seed 1" not in report
+    assert cmd_diagnose(_parse("--model", str(reg), "--prompts", str(prompts_file), "--out", str(out), "--steps",
+                               "16", "--accel-steps", "0", "--task", "exact", "--keep-texts", "0", "--device", "cpu",
+                               "--no-progress")) == 0
+    assert "texts" not in json.dumps(json.loads((out / "diagnostics.json").read_text())["models"])
+    assert "## The texts over time" not in (out / "diagnostics.md").read_text()
+
+
 def test_bad_input_fails_before_loading(tmp_path, prompts_file, capsys):
     calls = []
 

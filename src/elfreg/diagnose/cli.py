@@ -1,5 +1,5 @@
-"""`elfreg diagnose`: trajectory diagnostics of one or two models -> diagnostics.json + diagnostics.png
-(docs/diagnostics.md)."""
+"""`elfreg diagnose`: trajectory diagnostics of one or two models -> diagnostics.json, diagnostics.png and the
+tables with a few samples' texts over time in diagnostics.md (docs/diagnostics.md)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import torch
 from elfreg.atomic import atomic_write, atomic_write_text
 from elfreg.cliargs import device, error_line, input_file, model_ref, output_dir
 from elfreg.bounds import SEED, Range
-from elfreg.diagnose.config import ACCEL_STEPS, READOUT, STATE_DTYPES, STEPS, DiagnoseConfig
+from elfreg.diagnose.config import ACCEL_STEPS, KEEP_TEXTS, READOUT, STATE_DTYPES, STEPS, DiagnoseConfig
 from elfreg.diagnose.plot import plot_diagnostics
+from elfreg.diagnose.report import texts_section
 from elfreg.diagnose.run import diagnose_model, read_problems
 from elfreg.diagnose.tasks import BUILTIN_TASKS, AnswerTask, registry_task, resolve_task
 from elfreg.jsontext import dumps
@@ -72,6 +73,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--exit-max-nfe", type=Range(2, NFE.hi, integer=True).arg, default=None,
                    help="exit rule: its NFE budget, a divisor of --steps (default --early-nfe); the rule is the "
                         "adaptive sampler with --nfe this and --rho steps / this")
+    p.add_argument("--keep-texts", type=KEEP_TEXTS.arg, default=DiagnoseConfig.keep_texts, metavar="N",
+                   help="the first N samples (prompts, then seeds) keep their decoded text at every read-out, in "
+                        "diagnostics.json and diagnostics.md (0: none)")
     p.add_argument("--prompt-format", default="template", choices=("template", "raw"),
                    help="template: prompts are bare questions put in the model's saved template (as elfreg "
                         "generate); raw: prompts are already formatted")
@@ -122,7 +126,8 @@ def config_from_args(args: argparse.Namespace) -> DiagnoseConfig:
                           drop_reg=args.drop_reg, accel_steps=m if args.accel_steps is None else args.accel_steps,
                           state_dtype=args.state_dtype, batch_size=args.batch_size, task=args.task,
                           exit_check_every=check_every, exit_patience=args.exit_patience,
-                          exit_min_nfe=args.exit_min_nfe, exit_max_nfe=exit_max if check_every else 0)
+                          exit_min_nfe=args.exit_min_nfe, exit_max_nfe=exit_max if check_every else 0,
+                          keep_texts=getattr(args, "keep_texts", DiagnoseConfig.keep_texts))
 
 
 def early_table(results: dict[str, dict]) -> str:
@@ -199,9 +204,13 @@ def cmd_diagnose(args: argparse.Namespace, load: Callable[[str, torch.device], L
            "exit_rule_table": exit_table(results)}
     atomic_write_text(out / "diagnostics.json", dumps(doc, indent=1) + "\n")
     atomic_write(out / "diagnostics.png", lambda p: plot_diagnostics(results, p, cfg.early_nfe))
-    print(doc["early_stop_table"])
-    if doc["exit_rule_table"]:
-        print("\nAdaptive exit rule on the same paths (fixed: early-stop at the rule's max NFE):\n"
-              + doc["exit_rule_table"])
-    print(f"elfreg diagnose: wrote {out / 'diagnostics.json'} and {out / 'diagnostics.png'}", file=sys.stderr)
+    exit_part = ("\n\nAdaptive exit rule on the same paths (fixed: early-stop at the rule's max NFE):\n\n"
+                 + doc["exit_rule_table"]) if doc["exit_rule_table"] else ""
+    texts = texts_section(results, cfg.readouts, problems.prompts)
+    atomic_write_text(out / "diagnostics.md", "# Trajectory diagnostics\n\nEarly stop against the end of the path:"
+                      f"\n\n{doc['early_stop_table']}{exit_part}\n\n![diagnostics](diagnostics.png)\n"
+                      + (f"\n## The texts over time (decoded at each read-out)\n\n{texts}\n" if texts else ""))
+    print(doc["early_stop_table"] + exit_part)
+    print(f"elfreg diagnose: wrote {out / 'diagnostics.json'}, {out / 'diagnostics.png'} and "
+          f"{out / 'diagnostics.md'}", file=sys.stderr)
     return 0

@@ -15,6 +15,7 @@ STATE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": 
 STEPS = Range(3, NFE.hi, integer=True, why="points of the master path")
 READOUT = Range(2, NFE.hi, integer=True)
 ACCEL_STEPS = Range(0, NFE.hi, integer=True, why="0 skips the acceleration path")
+KEEP_TEXTS = Range(0, 100_000, integer=True, why="samples whose text is kept at every read-out; 0: none")
 
 
 def _int_list(name: str, values) -> tuple[int, ...]:
@@ -54,6 +55,7 @@ class DiagnoseConfig:
     exit_min_nfe: int = DEFAULT_EXIT["min_nfe"]
     exit_max_nfe: int = 0                             # 0: early_nfe; the rule is the adaptive sampler with this
                                                       # nfe and rho = steps / exit_max_nfe (the same path)
+    keep_texts: int = 4                               # the first samples (seed-major) keep their decoded texts
 
     def __post_init__(self) -> None:
         STEPS.check(self.steps, "steps")
@@ -89,6 +91,7 @@ class DiagnoseConfig:
         if self.state_dtype not in STATE_DTYPES:
             raise ValueError(f"state_dtype: choose one of {', '.join(STATE_DTYPES)}, got {self.state_dtype!r}")
         BATCH.check(self.batch_size, "batch_size")
+        KEEP_TEXTS.check(self.keep_texts, "keep_texts")
         self.sampler_config(0)   # validates w, sigma, t_eps, p_std
 
     def exit_rule(self) -> ExitRule | None:

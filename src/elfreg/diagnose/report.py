@@ -29,6 +29,7 @@ class SampleRow:
     correct: list[bool] | None         # None when the prompt has no reference answer
     lengths: list[int]                 # response length in tokens
     exit: dict[str, Any] | None = None  # where the adaptive exit rule stops on this path (nfe, steps, answer, ...)
+    texts: list[str] | None = None     # decoded response of each read-out (kept for the first samples only)
 
     @property
     def answer_agree(self) -> list[bool]:
@@ -40,7 +41,8 @@ class SampleRow:
         return {"prompt_index": self.prompt_index, "seed": self.seed, "times": self.times,
                 "text_error": self.text_error, "joint_error": self.joint_error, "stable": self.stable,
                 "response_agree": self.response_agree, "answer_agree": self.answer_agree,
-                "answers": self.answers, "correct": self.correct, "lengths": self.lengths, "exit": self.exit}
+                "answers": self.answers, "correct": self.correct, "lengths": self.lengths, "exit": self.exit,
+                **({} if self.texts is None else {"texts": self.texts})}
 
 
 def _finite(x: float) -> float | None:
@@ -136,3 +138,28 @@ def summarise_acceleration(times: torch.Tensor, text_norm: torch.Tensor, token_n
             entry["joint_mean"], entry["joint_median"] = mean(joint), median(joint)
         out.append(entry)
     return out
+
+
+def _cell(text: str, width: int = 160) -> str:
+    """Text fit for one Markdown table cell: one line, pipes escaped, at most ``width`` characters."""
+    one = text.replace("\r", "").replace("\n", "⏎")
+    one = one if len(one) <= width else one[:width - 1] + "…"
+    return one.replace("|", "\\|") if one.strip() else "(empty)"
+
+
+def texts_section(results: dict[str, dict], readouts: Sequence[int], prompts: Sequence[str]) -> str:
+    """Markdown: for each model, the samples that kept their texts, one table row per read-out (NFE, t, answer,
+    text); '' when none kept them."""
+    out = []
+    for label, res in results.items():
+        for row in res["samples"]:
+            if "texts" not in row:
+                continue
+            out += [f"#### {label}: prompt {row['prompt_index']}, seed {row['seed']}", "",
+                    f"> {_cell(prompts[row['prompt_index']], 300)}", "",
+                    "| NFE | t | answer | text |", "|---|---|---|---|"]
+            for nfe, t, answer, text in zip(readouts, row["times"], row["answers"], row["texts"]):
+                out.append(f"| {nfe} | {t:.4f} | {'none' if answer is None else _cell(str(answer), 40)} | "
+                           f"{_cell(text)} |")
+            out.append("")
+    return "\n".join(out).rstrip()

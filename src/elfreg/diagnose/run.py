@@ -45,8 +45,9 @@ def read_problems(path: str | os.PathLike) -> Problems:
 
 
 def sample_rows(master: MasterTrajectory, prompt_mask: torch.Tensor, keys: Sequence[tuple[int, int]], seed: int,
-                problems: Problems, tokenizer: Any, task: AnswerTask) -> list[SampleRow]:
-    """Per row of a batch: metrics of every read-out against the end (read-outs then the end, in order)."""
+                problems: Problems, tokenizer: Any, task: AnswerTask, keep_texts: int = 0) -> list[SampleRow]:
+    """Per row of a batch: metrics of every read-out against the end (read-outs then the end, in order); the first
+    ``keep_texts`` rows also keep their decoded texts."""
     eos = int(tokenizer.eos_token_id)
     mask = prompt_mask.cpu()
     rows = []
@@ -79,7 +80,7 @@ def sample_rows(master: MasterTrajectory, prompt_mask: torch.Tensor, keys: Seque
             response_agree=[response_agrees(r, end) for r in responses],
             answers=answers,
             correct=[bool(task.is_correct(t, problem)) for t in texts] if has_gold else None,
-            lengths=[r.length for r in responses], exit=exit_row))
+            lengths=[r.length for r in responses], exit=exit_row, texts=texts if i < keep_texts else None))
     return rows
 
 
@@ -106,7 +107,8 @@ def diagnose_model(network: Any, encoder: Any, tokenizer: Any, problems: Problem
         exit_rule = None if rule is None else (rule, text_answers(tokenizer, mask, task.extract))
         master = run_master(network, x, mask, cfg.sampler_config(seed), keys, cfg.readout_steps, dtype, exit_rule)
         calls = {"denoiser_per_sample": master.denoiser_calls, "decoder_per_sample": master.decoder_calls}
-        rows.extend(sample_rows(master, mask, keys, seed, problems, tokenizer, task))
+        rows.extend(sample_rows(master, mask, keys, seed, problems, tokenizer, task,
+                                max(cfg.keep_texts - len(rows), 0)))
         if cfg.accel_steps:
             prof = run_acceleration(network, x, mask, cfg.sampler_config(seed, "uniform", cfg.accel_steps), keys)
             acc_times = prof.times[0]

@@ -15,6 +15,7 @@ from elfreg.fingerprint import add_restart_argument
 from elfreg.sampling.files import PromptFile, inline_prompts, read_prompts
 from elfreg.sampling.flags import add_sampler_arguments, generation_job
 from elfreg.sampling.generate import run_generation
+from elfreg.sampling.watch import EVERY
 from elfreg.threads import add_threads_argument, set_inference_threads
 
 OUTPUT_FORMATS = ("text", "jsonl")
@@ -38,6 +39,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--format", default=None, choices=OUTPUT_FORMATS, dest="output_format",
                    help="stdout without --out: text (each answer, then a newline; the default with --prompt) or "
                         "jsonl (one result record per line, as --out writes them; the default with --prompts)")
+    p.add_argument("--show-steps", nargs="?", const=1, default=None, type=EVERY.arg, metavar="K",
+                   help="watch the answers being made: each sample's text at every K-th denoising step (default 1) "
+                        "on stderr, redrawn in place on a terminal, one line per view otherwise; the answers do not "
+                        "change, and its decoder calls are not part of the NFE")
     add_sampler_arguments(p)
     add_threads_argument(p)
     add_restart_argument(p)

@@ -10,6 +10,7 @@ from elfreg.sampling.pipeline import EncodedPrompts, GenerationPipeline, validat
 from elfreg.sampling.samplers import SampleOutput, response_positions, sample
 from elfreg.sampling.seeding import sample_generator, sample_seed
 from elfreg.sampling.trajectory import PathStep, Trajectory
+from elfreg.sampling.watch import StepView, Watch, step_hook
 from elfreg.tasks.answers import EXTRACTORS, extractor
 from elfreg.tasks.registry import extract_for as answer_for
 
@@ -18,5 +19,5 @@ __all__ = [
     "sampler_grid", "uniform_grid", "NFECount", "NFECounter", "StudentLike", "EncodedPrompts",
     "GenerationPipeline", "validate_prompts", "SampleOutput", "sample", "response_positions", "sample_generator",
     "sample_seed", "PathStep", "Trajectory", "DEFAULT_EXIT", "ExitRule", "ExitTracker", "nfe_summary", "EXTRACTORS",
-    "answer_for", "extractor", "text_answers",
+    "answer_for", "extractor", "text_answers", "StepView", "Watch", "step_hook",
 ]

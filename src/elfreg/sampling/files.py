@@ -18,6 +18,7 @@ from tqdm import tqdm
 from elfreg.fingerprint import claim, model_identity, note
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.pipeline import GenerationPipeline
+from elfreg.sampling.watch import Watch
 from elfreg.sampling.results_io import AppendWriter, done_keys, read_records, record_key, repair_truncated_tail
 
 
@@ -139,7 +140,7 @@ def note_results_file(args: Any, facts: dict) -> None:
 
 
 def generate_to_file(pipeline: GenerationPipeline, prompts: PromptFile, out: str | os.PathLike, samples: int,
-                     rank: int = 0, world: int = 1, progress: bool = True) -> int:
+                     rank: int = 0, world: int = 1, progress: bool = True, watch: Watch | None = None) -> int:
     """Generate every missing (prompt, sample) into out; prompts are sharded i % world == rank.
 
     Each rank appends to its own part file (world > 1) or straight to out (world == 1); existing keys
@@ -168,7 +169,7 @@ def generate_to_file(pipeline: GenerationPipeline, prompts: PromptFile, out: str
         bar.update(len(records))
 
     with AppendWriter(target) as writer:
-        for _ in pipeline.generate(prompts.prompts, samples, mine, done, on_batch=write):
+        for _ in pipeline.generate(prompts.prompts, samples, mine, done, on_batch=write, watch=watch):
             pass
     bar.close()
     _barrier(world)
@@ -179,10 +180,10 @@ def generate_to_file(pipeline: GenerationPipeline, prompts: PromptFile, out: str
 
 
 def generate_to_stream(pipeline: GenerationPipeline, prompts: PromptFile, stream: IO[str], samples: int,
-                       output_format: str = "jsonl", progress: bool = True) -> list[dict]:
+                       output_format: str = "jsonl", progress: bool = True, watch: Watch | None = None) -> list[dict]:
     """Generate every (prompt, sample) and write each to ``stream`` as it is made: its JSON record (``jsonl``), or
     its response text and a newline (``text``); flushed per batch. No resume: nothing is kept but the stream.
-    Returns the records."""
+    ``watch`` sees each batch's path (elfreg.sampling.watch). Returns the records."""
     bar = tqdm(total=len(prompts.prompts) * samples, disable=not progress, desc="generate", unit="sample")
     out: list[dict] = []
 
@@ -194,7 +195,7 @@ def generate_to_stream(pipeline: GenerationPipeline, prompts: PromptFile, stream
         out.extend(records)
         bar.update(len(records))
 
-    for _ in pipeline.generate(prompts.prompts, samples, on_batch=write):
+    for _ in pipeline.generate(prompts.prompts, samples, on_batch=write, watch=watch):
         pass
     bar.close()
     return out

@@ -91,5 +91,6 @@ def generation_job(args: argparse.Namespace, cfg: SamplerConfig | None = None, *
                     precision=getattr(args, "precision", "auto"),
                     batch_invariant=getattr(args, "batch_invariant", None), device=getattr(args, "device", None),
                     restart=getattr(args, "restart", False), progress=not args.no_progress,
-                    output_format=getattr(args, "output_format", None), inline=bool(getattr(args, "prompt", None)))
+                    output_format=getattr(args, "output_format", None), inline=bool(getattr(args, "prompt", None)),
+                    show_steps=getattr(args, "show_steps", None))
     return GenerationJob(**{**settings, **given})

@@ -24,6 +24,7 @@ from elfreg.sampling.invariance import resolve_batch_invariant, scheme_for
 from elfreg.sampling.results_io import read_records
 from elfreg.sampling.files import (PromptFile, claim_results_file, generate_to_file, generate_to_stream,
                                  note_results_file)
+from elfreg.sampling.showsteps import step_watch
 from elfreg.sampling.text import build_pipeline
 
 # How a prompt reaches the encoder: inside the model's saved template (a bare question), or as given (raw).
@@ -78,6 +79,7 @@ class GenerationJob:
     output_format: str | None = None
     inline: bool = False
     command: str = "elfreg generate"
+    show_steps: int | None = None   # print each sample's text at every k-th denoising step on stderr (showsteps)
 
 
 def run_generation(job: GenerationJob, prompts: PromptFile, load: Loader,
@@ -119,15 +121,18 @@ def run_generation(job: GenerationJob, prompts: PromptFile, load: Loader,
         pipeline.validate(prompts.prompts, prompts.source, prompts.lines)
     except ValueError as exc:
         return bad_input(exc)
+    watch = step_watch(job.show_steps, sys.stderr) if rank == 0 else None
+    progress = job.progress and watch is None   # the views take the progress bar's place on stderr
     if to_stdout:
         fmt = job.output_format or ("text" if job.inline else "jsonl")
-        records = generate_to_stream(pipeline, prompts, sys.stdout, job.samples, fmt, progress=job.progress)
+        records = generate_to_stream(pipeline, prompts, sys.stdout, job.samples, fmt, progress=progress, watch=watch)
         spent = nfe_summary([r["nfe_spent"] for r in records])
         print(f"{job.command}: {len(records)} samples -> stdout; NFE per sample: {format_nfe_summary(spent)}",
               file=sys.stderr)
         return 0
     try:
-        n = generate_to_file(pipeline, prompts, job.out, job.samples, rank=rank, world=world, progress=job.progress)
+        n = generate_to_file(pipeline, prompts, job.out, job.samples, rank=rank, world=world, progress=progress,
+                             watch=watch)
     finally:
         if world > 1 and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()

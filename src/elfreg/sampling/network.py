@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -30,13 +31,16 @@ class NFECount:
     """Network calls spent on one batch, and per row of the batch the calls whose input held that row.
 
     A call counts one NFE for every row it computes; rows that left the batch (adaptive exit) are not computed and
-    not counted. ``denoiser_calls`` / ``decoder_calls`` count the calls themselves.
+    not counted. ``denoiser_calls`` / ``decoder_calls`` count the calls themselves. ``view_calls`` / ``row_view``
+    count the decoder calls made only to show the path while it runs (``NFECounter.apart``): never part of the NFE.
     """
 
     denoiser_calls: int = 0
     decoder_calls: int = 0
     row_denoiser: list[int] = field(default_factory=list)   # per batch row
     row_decoder: list[int] = field(default_factory=list)
+    view_calls: int = 0
+    row_view: list[int] = field(default_factory=list)
 
     @property
     def nfe(self) -> int:
@@ -61,6 +65,7 @@ class NFECounter:
         self.network = network
         self.count = NFECount()
         self.rows: list[int] | None = None
+        self._apart: list[int] | None = None   # inside ``apart``: the rows of the view calls
 
     @property
     def config(self) -> Any:
@@ -68,16 +73,34 @@ class NFECounter:
 
     def reset(self, rows: int = 0) -> None:
         """Start a new batch's count; ``rows`` > 0 also counts per row (rows 0 .. rows - 1, all selected)."""
-        self.count = NFECount(row_denoiser=[0] * rows, row_decoder=[0] * rows)
+        self.count = NFECount(row_denoiser=[0] * rows, row_decoder=[0] * rows, row_view=[0] * rows)
         self.rows = list(range(rows)) if rows else None
 
     def select(self, rows: Sequence[int]) -> None:
         """The batch rows (indices since reset) that the following calls compute, in order."""
         self.rows = [int(r) for r in rows]
 
+    @contextmanager
+    def apart(self, rows: Sequence[int]) -> Iterator[None]:
+        """Calls inside compute these batch rows only to be looked at (a view of the path): counted in view_calls,
+        not in the NFE, and outside the selected rows' check."""
+        self._apart = [int(r) for r in rows]
+        try:
+            yield
+        finally:
+            self._apart = None
+
     def __call__(self, z: torch.Tensor, q: torch.Tensor, t: torch.Tensor, w: torch.Tensor, *,
                  reg: torch.Tensor | None = None, reg_q: torch.Tensor | None = None,
                  decoder: bool | torch.Tensor = False) -> Any:
+        if self._apart is not None:
+            if z.shape[0] != len(self._apart):
+                raise RuntimeError(f"NFECounter: a view call on {z.shape[0]} rows, {len(self._apart)} named")
+            self.count.view_calls += 1
+            for r in self._apart:
+                if r < len(self.count.row_view):
+                    self.count.row_view[r] += 1
+            return self.network(z, q, t, w, reg=reg, reg_q=reg_q, decoder=decoder)
         is_decoder = bool(decoder.any()) if isinstance(decoder, torch.Tensor) else bool(decoder)
         if self.rows is not None:
             if z.shape[0] != len(self.rows):

@@ -14,6 +14,7 @@ from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.decode import detokenize, response_token_ids, text_answers
 from elfreg.sampling.network import NFECounter, StudentLike
 from elfreg.sampling.samplers import sample
+from elfreg.sampling.watch import Watch, step_hook
 from elfreg.tasks.answers import extractor
 
 Key = tuple[int, int]  # (prompt_index, sample_index)
@@ -136,16 +137,20 @@ class GenerationPipeline:
         done = done or set()
         return [(p, s) for p in prompt_indices for s in range(samples) if (p, s) not in done]
 
-    def run_batch(self, prompts: Sequence[str], keys: Sequence[Key]) -> list[dict[str, Any]]:
+    def run_batch(self, prompts: Sequence[str], keys: Sequence[Key], watch: Watch | None = None
+                  ) -> list[dict[str, Any]]:
         """Generate one batch; prompts is the full prompt list indexed by the keys' prompt_index."""
-        return self.run_rows([prompts[p] for p, _ in keys], keys)
+        return self.run_rows([prompts[p] for p, _ in keys], keys, watch=watch)
 
     def run_rows(self, texts: Sequence[str], keys: Sequence[Key],
-                 finish: Callable[[int, list[int]], str] | None = None) -> list[dict[str, Any]]:
+                 finish: Callable[[int, list[int]], str] | None = None,
+                 watch: Watch | Sequence[Watch | None] | None = None) -> list[dict[str, Any]]:
         """Generate one batch whose row i is the prompt texts[i] under the noise key keys[i].
 
         finish(i, response token ids) -> the text the task reads from row i (e.g. lm-eval's token cap and stop
         strings): the adaptive exit rule extracts its answer from that (default: the whole response text).
+        watch: who sees the rows' texts while they are made (one Watch for all rows, or one or None per row;
+        ``elfreg.sampling.watch``); the records are the same with and without it, ``view_calls`` apart.
         """
         if len(texts) != len(keys):
             raise ValueError(f"run_rows: {len(texts)} prompts for {len(keys)} keys")
@@ -163,7 +168,8 @@ class GenerationPipeline:
         if self.cfg.sampler == "adaptive":
             answer_of = text_answers(self.tokenizer, prompt_mask, extractor(self.cfg.extract), finish)
         with self.precision.autocast(self.device.type):
-            out = sample(self.counter, x_prompt, prompt_mask, self.cfg, keys, answer_of)
+            out = sample(self.counter, x_prompt, prompt_mask, self.cfg, keys, answer_of,
+                         step_hook(watch, keys, prompt_mask, self.tokenizer))
         answers = response_token_ids(out.token_ids, prompt_mask.cpu(), int(self.tokenizer.eos_token_id))
         texts = detokenize(self.tokenizer, answers)
         t2 = time.perf_counter()
@@ -181,19 +187,23 @@ class GenerationPipeline:
                 # wall seconds of the whole batch this sample was generated in (shared by batch_size rows)
                 "encoder_seconds": t1 - t0, "sampler_seconds": t2 - t1, "batch_size": len(keys),
             }
+            if watch is not None:   # decoder calls made only to show the path: not part of nfe_spent
+                rec["view_calls"] = count.row_view[i]
             if out.settled is not None:
                 rec["settled"] = out.settled[i]   # adaptive: the answer settled (False: stopped at the budget)
             records.append(rec)
         return records
 
     def generate(self, prompts: Sequence[str], samples: int, prompt_indices: Sequence[int] | None = None,
-                 done: set[Key] | None = None, on_batch: Callable[[list[dict]], None] | None = None
-                 ) -> Iterator[dict[str, Any]]:
-        """Yield one record per missing (prompt_index, sample_index), batch by batch; on_batch sees each batch."""
+                 done: set[Key] | None = None, on_batch: Callable[[list[dict]], None] | None = None,
+                 watch: Watch | None = None) -> Iterator[dict[str, Any]]:
+        """Yield one record per missing (prompt_index, sample_index), batch by batch; on_batch sees each batch,
+        ``watch`` each batch's path (``run_rows``)."""
         indices = range(len(prompts)) if prompt_indices is None else prompt_indices
         todo = self.jobs(indices, samples, done)
         for start in range(0, len(todo), self.batch_size):
-            records = self.run_batch(prompts, todo[start:start + self.batch_size])
+            records = (self.run_batch(prompts, todo[start:start + self.batch_size]) if watch is None else
+                       self.run_batch(prompts, todo[start:start + self.batch_size], watch))
             if on_batch is not None:
                 on_batch(records)
             yield from records

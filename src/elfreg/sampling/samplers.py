@@ -17,7 +17,7 @@ from elfreg.sampling.exit import AnswerFn, ExitTracker
 from elfreg.sampling.grids import sampler_grid
 from elfreg.sampling.network import NFECount, NFECounter, StudentLike
 from elfreg.sampling.seeding import STREAM_GRID, sample_generator
-from elfreg.sampling.trajectory import Key, Trajectory, check_batch
+from elfreg.sampling.trajectory import Key, StepHook, Trajectory, check_batch
 
 
 @dataclass
@@ -50,7 +50,7 @@ def response_positions(prompt_mask: torch.Tensor) -> AnswerFn:
 
 @torch.inference_mode()
 def sample(network: StudentLike, x_prompt: torch.Tensor, prompt_mask: torch.Tensor, cfg: SamplerConfig,
-           keys: Sequence[Key], answer_of: AnswerFn | None = None) -> SampleOutput:
+           keys: Sequence[Key], answer_of: AnswerFn | None = None, on_step: StepHook | None = None) -> SampleOutput:
     """Run cfg.sampler on a batch and decode it (spec §5): exactly cfg.nfe network calls per row, at most for adaptive.
 
     x_prompt (B, L, d): clean standardised prompt features (values off the prompt are ignored);
@@ -58,6 +58,7 @@ def sample(network: StudentLike, x_prompt: torch.Tensor, prompt_mask: torch.Tens
     come only from (cfg.seed, key), so outputs do not depend on the batch it sits in.
     answer_of(ids (B', L), batch rows) -> answers: the adaptive rule's answer extractor (default: the response
     token ids, ``response_positions``); the generation pipeline passes the task's extractor on the decoded text.
+    on_step: a watcher of the path (``trajectory.StepHook``); the samples are the same with and without it.
     """
     check_batch(x_prompt, prompt_mask, keys)
     counter = network if isinstance(network, NFECounter) else NFECounter(network)
@@ -68,11 +69,11 @@ def sample(network: StudentLike, x_prompt: torch.Tensor, prompt_mask: torch.Tens
     exit_time = torch.tensor(exits, dtype=torch.float64)   # (B,)
     if cfg.sampler == "adaptive":
         return _adaptive(counter, x_prompt, prompt_mask, cfg, keys, times,
-                         answer_of or response_positions(prompt_mask))
+                         answer_of or response_positions(prompt_mask), on_step)
     calls = cfg.nfe - 1
     full_span = cfg.sampler == "full-span"
     path = Trajectory(counter, x_prompt, prompt_mask, cfg, keys, times[:, :calls],
-                      t_end=times[:, calls] if full_span else None)
+                      t_end=times[:, calls] if full_span else None, on_step=on_step)
     last = None
     for last in path:
         pass
@@ -87,12 +88,13 @@ def sample(network: StudentLike, x_prompt: torch.Tensor, prompt_mask: torch.Tens
 
 
 def _adaptive(counter: NFECounter, x_prompt: torch.Tensor, prompt_mask: torch.Tensor, cfg: SamplerConfig,
-              keys: Sequence[Key], times: torch.Tensor, answer_of: AnswerFn) -> SampleOutput:
+              keys: Sequence[Key], times: torch.Tensor, answer_of: AnswerFn,
+              on_step: StepHook | None = None) -> SampleOutput:
     """Prefix early-stop whose rows leave the batch when their answer settles (elfreg.sampling.exit)."""
     rule = cfg.exit_rule()
     assert rule is not None
     b = len(keys)
-    path = Trajectory(counter, x_prompt, prompt_mask, cfg, keys, times[:, :rule.max_calls])
+    path = Trajectory(counter, x_prompt, prompt_mask, cfg, keys, times[:, :rule.max_calls], on_step=on_step)
     tracker = ExitTracker(rule, answer_of, b)
     token_ids = torch.zeros(prompt_mask.shape, dtype=torch.long)
     text_state = torch.zeros(x_prompt.shape, dtype=torch.float32, device=x_prompt.device)

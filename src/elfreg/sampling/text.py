@@ -7,10 +7,11 @@ fields that ``elfreg generate --prompts FILE --seed s`` writes for the same prom
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from elfreg.sampling.config import SamplerConfig, task_w
 from elfreg.sampling.pipeline import GenerationPipeline
+from elfreg.sampling.watch import StepView, Watch
 from elfreg.tasks.registry import extract_for, task_names
 
 # A task names its w preset (else w = 3) and its answer extractor (else the whole text): elfreg.tasks.registry.
@@ -70,25 +71,29 @@ def model_sampler_config(model: Any, sampler: str = "early-stop", nfe: int = 64,
 def generate_texts(model: Any, prompts: str | Sequence[str], *, sampler: str = "early-stop", nfe: int = 64,
                    samples: int = 1, seed: int = 0, task: str | None = None, batch_size: int = 16,
                    formatted: bool = False, batch_invariant: bool | None = None, precision: str = "auto",
+                   on_step: Callable[[list[StepView]], None] | None = None, every: int = 1,
                    **sampler_options: Any) -> list[str] | list[list[str]]:
     """The answers of ``ElfModel.generate``: one text per prompt, or a list of ``samples`` texts per prompt.
 
     Each prompt goes into the model's saved template (unless ``formatted``); each answer is the response positions
     up to the first EOS, detokenised. ``sampler_options``: any other SamplerConfig field (rho, w, grid, p, eta, sigma,
     drop_reg, check_every, patience, min_nfe, extract). Every prompt is checked before any work (ValueError naming
-    its 0-based index)."""
+    its 0-based index). ``on_step(views)``: called at every ``every``-th denoiser call of each batch with a
+    ``StepView`` per sample on the path (its text from the current clean prediction; elfreg.sampling.watch); the
+    answers are the same with and without it."""
     if isinstance(prompts, str):
         raise ValueError("prompts: give a list of prompts (a single string would be read as one prompt per "
                          "character); e.g. model.generate([\"3+4-2=?\"])")
     prompts = list(prompts)
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
         raise ValueError(f"samples: need an integer >= 1, got {samples!r}")
+    watch = Watch(on_step, every) if on_step is not None else None
     cfg = model_sampler_config(model, sampler, nfe, seed, task, **sampler_options)
     pipe = model_pipeline(model, cfg, batch_size=batch_size, formatted=formatted, batch_invariant=batch_invariant,
                           precision=precision)
     pipe.validate(prompts, "prompt", range(len(prompts)))
     texts: list[list[str]] = [[""] * samples for _ in prompts]
-    for rec in pipe.generate(prompts, samples):
+    for rec in pipe.generate(prompts, samples, watch=watch):
         texts[rec["prompt_index"]][rec["sample_index"]] = rec["response"]
     return [t[0] for t in texts] if samples == 1 else texts
 

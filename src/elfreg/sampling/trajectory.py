@@ -4,13 +4,15 @@ Every sampler (``samplers.sample``: full-span, prefix early-stop, re-noising, ad
 (``elfreg.diagnose``) consume this generator; none of them writes the loop again. Each step yields the state y_j,
 the clean prediction d_j (prompt slots replaced by the clean prompt, so v = 0 there), the velocity v_j (Euler
 paths) and the next state y_{j+1}. Rows may leave between steps (``Trajectory.finish``): later calls compute only
-the rows still on the path, and the NFE counter charges each row only for the calls that held it.
+the rows still on the path, and the NFE counter charges each row only for the calls that held it. A watcher
+(``on_step``) sees every step as it is made and may decode the clean prediction of any rows on the path; those
+decoder calls are counted apart from the NFE and change nothing on the path (``elfreg.sampling.watch``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 
@@ -22,6 +24,9 @@ from elfreg.sampling.seeding import STREAM_NOISE, sample_generator
 from elfreg.sampling.updates import euler_update, renoise_step
 
 Key = tuple[int, int]
+# on_step(step, view): called at every step before the loop's consumer sees it; view(local positions in step.rows)
+# -> (n, L) token ids of those rows' clean prediction d_j, one decoder call counted apart from the NFE.
+StepHook = Callable[["PathStep", Callable[[Sequence[int]], torch.Tensor]], None]
 
 
 @dataclass
@@ -45,6 +50,7 @@ class PathStep:
     vr: torch.Tensor | None
     r_next: torch.Tensor | None
     rows: list[int]
+    steps: int = 0   # denoiser calls the path plans (K; adaptive rows may leave before)
 
 
 def start_state(x_prompt: torch.Tensor, prompt_mask: torch.Tensor, eps: torch.Tensor, eps_r: torch.Tensor | None,
@@ -93,11 +99,12 @@ class Trajectory:
     call the path either ends at d_{K-1} (t_end None: early-stop, re-noising, adaptive) or takes one more update to
     t_end (B,) (full-span: the decoded y_K sits at t = 1). The update is Euler, or re-noising for
     cfg.sampler == "renoise" (spec §5.1). ``network`` may be an NFECounter (reset for this batch); it is told which
-    rows each call holds.
+    rows each call holds. ``on_step``: a watcher of every step (``StepHook``).
     """
 
     def __init__(self, network, x_prompt: torch.Tensor, prompt_mask: torch.Tensor, cfg: SamplerConfig,
-                 keys: Sequence[Key], times: torch.Tensor, t_end: torch.Tensor | None = None) -> None:
+                 keys: Sequence[Key], times: torch.Tensor, t_end: torch.Tensor | None = None,
+                 on_step: StepHook | None = None) -> None:
         check_batch(x_prompt, prompt_mask, keys)
         b, length, d = x_prompt.shape
         if times.dim() != 2 or times.shape[0] != b or times.shape[1] < 1:
@@ -125,6 +132,7 @@ class Trajectory:
         self.times = times.to(device=device, dtype=torch.float32)
         self.t_end = None if t_end is None else t_end.to(device=device, dtype=torch.float32)
         self._leaving: list[int] = []
+        self.on_step = on_step
 
     def __iter__(self) -> Iterator[PathStep]:
         cfg, renoise = self.cfg, self.cfg.sampler == "renoise"
@@ -153,8 +161,11 @@ class Trajectory:
                     y_next = euler_update(self.y, v, t_j, t_next)
                     if dr_j is not None:
                         r_next = euler_update(self.r, vr, t_j, t_next)
-            yield PathStep(j=j, t=t_j, t_next=t_next, y=self.y, d=d_j, v=v, y_next=y_next, r=self.r, dr=dr_j,
-                           vr=vr, r_next=r_next, rows=list(self.rows))
+            step = PathStep(j=j, t=t_j, t_next=t_next, y=self.y, d=d_j, v=v, y_next=y_next, r=self.r, dr=dr_j,
+                            vr=vr, r_next=r_next, rows=list(self.rows), steps=k_total)
+            if self.on_step is not None:
+                self.on_step(step, lambda local, step=step: self.view(step, local))
+            yield step
             if t_next is None:
                 return
             self.y, self.r = y_next, r_next
@@ -167,6 +178,14 @@ class Trajectory:
     def decode(self, z: torch.Tensor, reg: torch.Tensor | None) -> torch.Tensor:
         """(B', L) token ids of the state z of the rows on the path (the final decode, spec §5): one decoder call."""
         return decode_token_ids(self.counter, z, reg, self.w)
+
+    def view(self, step: PathStep, local: Sequence[int]) -> torch.Tensor:
+        """(n, L) token ids of the clean prediction d_j of the rows at these positions of ``step.rows``: the final
+        decode's call on d_j, counted apart from the NFE (the path's state is only read)."""
+        idx = torch.tensor(list(local), dtype=torch.long, device=step.d.device)
+        dr = step.dr.index_select(0, idx) if step.dr is not None else None
+        with self.counter.apart([step.rows[i] for i in local]):
+            return decode_token_ids(self.counter, step.d.index_select(0, idx), dr, self.w.index_select(0, idx))
 
     def _drop_leaving(self) -> None:
         if not self._leaving:

@@ -8,10 +8,11 @@
   sampler settings as extra fields (``nfe``, ``sampler``, ``rho``, ``w``, ``task``, ... any SamplerConfig field),
   each defaulting to the server's (its command-line flags). ``max_tokens`` and ``stop`` cut the answer
   (finish_reason ``length`` / ``stop``). ``temperature``, ``top_p`` and the penalties do not apply to this model
-  family and are ignored; ``stream`` is refused (the whole answer is made at once).
+  family and are ignored. ``stream: true`` answers as Server-Sent Events in OpenAI's chunk format, with the
+  denoising trajectory on request (``"elfreg": {"trajectory": true, "every": k}``; elfreg.serve.stream).
 - Errors are OpenAI's JSON (``{"error": {"message", "type", "param", "code"}}``): 400 for a bad field or a prompt
   over the model's limit (code ``context_length_exceeded``: refused, never truncated), 404 for another model name.
-- ``GET /v1/models``, ``GET /health``.
+- ``GET /v1/models``, ``GET /health``; ``GET /``: the playground page (elfreg.serve.ui).
 """
 
 import asyncio
@@ -23,10 +24,12 @@ from typing import Any, Iterator
 
 from elfreg.sampling.config import SamplerConfig
 from elfreg.serve.batcher import Batcher, Job
+from elfreg.serve.stream import check_stream, stream_response
+from elfreg.serve.ui import add_playground
 
 MAX_ROWS_PER_REQUEST = 1024   # prompts x n of one request, at most (a bound on one request's work)
 IGNORED = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "logit_bias", "user", "logprobs",
-           "echo", "best_of", "suffix", "top_logprobs", "stream_options", "response_format", "tools", "tool_choice",
+           "echo", "best_of", "suffix", "top_logprobs", "response_format", "tools", "tool_choice",
            "parallel_tool_calls", "max_completion_tokens", "store", "metadata", "service_tier", "modalities")
 SAMPLER_FIELDS = {f.name for f in fields(SamplerConfig)} | {"task"}
 
@@ -122,12 +125,12 @@ class Server:
         if name is not None and name != self.settings.model_name:
             raise RequestError(f"The model '{name}' does not exist; this server serves '{self.settings.model_name}'",
                                "model", "model_not_found", status=404)
-        if body.get("stream"):
-            raise RequestError("stream: not supported (a diffusion model makes the whole answer at once)", "stream")
 
-    async def run(self, texts: list[str], body: dict) -> tuple[list[dict], list[tuple[str, str, int]], int]:
+    async def run(self, texts: list[str], body: dict, watch: Any = None
+                  ) -> tuple[list[dict], list[tuple[str, str, int]], int]:
         """Generate every (prompt, sample) of a request: (records in key order, their (text, finish_reason,
-        completion tokens), prompt tokens). The tokenizer is used in the worker thread only."""
+        completion tokens), prompt tokens). The tokenizer is used in the worker thread only. ``watch``: an
+        elfreg.sampling.watch.Watch of the request's rows (the trajectory stream)."""
         n = _int(body, "n", 1)
         if len(texts) * n > MAX_ROWS_PER_REQUEST:
             raise RequestError(f"n: {len(texts)} prompts x n={n} is over {MAX_ROWS_PER_REQUEST} answers per request",
@@ -144,7 +147,7 @@ class Server:
             return records, answers, sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts)
 
         try:
-            return await asyncio.wrap_future(self.batcher.submit(Job(texts, n, cfg, post)))
+            return await asyncio.wrap_future(self.batcher.submit(Job(texts, n, cfg, post, watch=watch)))
         except ValueError as exc:   # a prompt too long or empty (the batcher checks with the model's tokenizer)
             code = "context_length_exceeded" if "tokens" in str(exc) else None
             raise RequestError(str(exc), "messages" if "messages" in body else "prompt", code) from None
@@ -161,6 +164,8 @@ class Server:
             raise RequestError(f"prompt_format: 'raw' (default) or 'template', got {fmt!r}", "prompt_format")
         if fmt == "template":
             texts = self.model.format_prompts(texts)
+        if check_stream(body):
+            return await stream_response(self, "text_completion", texts, body)
         records, answers, prompt_tokens = await self.run(texts, body)
         choices = [{"index": i, "text": text, "finish_reason": reason, "logprobs": None}
                    for i, (text, reason, _) in enumerate(answers)]
@@ -181,6 +186,8 @@ class Server:
             raise RequestError(f"messages: this model's prompt template has one question, so a chat is one user "
                                f"message; got roles {roles}", "messages")
         texts = self.model.format_prompts([messages[0]["content"]])
+        if check_stream(body):
+            return await stream_response(self, "chat.completion", texts, body)
         records, answers, prompt_tokens = await self.run(texts, body)
         choices = [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": reason,
                     "logprobs": None} for i, (text, reason, _) in enumerate(answers)]
@@ -261,6 +268,7 @@ def create_app(server: Server) -> Any:
     async def health() -> Any:
         return server.health()
 
+    add_playground(app)
     return app
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from elfreg.sampling.config import SamplerConfig
 from elfreg.serve import MAX_BATCH, MAX_WAIT_MS
 from elfreg.sampling.pipeline import GenerationPipeline
+from elfreg.sampling.watch import Watch
 
 PIPELINES_KEPT = 16   # pipelines cached by sampler setting (building one is cheap; this bounds the memory)
 
@@ -30,13 +31,15 @@ PIPELINES_KEPT = 16   # pipelines cached by sampler setting (building one is che
 class Job:
     """One request: formatted prompt texts, samples per prompt, its sampler setting, and its result.
 
-    ``post(records)`` -> the result, run in the worker thread (so it may use the tokenizer); default: the records."""
+    ``post(records)`` -> the result, run in the worker thread (so it may use the tokenizer); default: the records.
+    ``watch``: sees its rows' texts while they are made (elfreg.sampling.watch; keys are the job's own)."""
 
     texts: list[str]
     samples: int
     cfg: SamplerConfig
     post: Callable[[list[dict]], Any] | None = None
     future: Future = field(default_factory=Future)
+    watch: Watch | None = None
 
     @property
     def keys(self) -> list[tuple[int, int]]:
@@ -120,7 +123,9 @@ class Batcher:
                 pipe = self.pipeline(cfg)
                 for start in range(0, len(rows), self.max_batch):
                     part = rows[start:start + self.max_batch]
-                    records = pipe.run_rows([t for _, t, _ in part], [k for _, _, k in part])
+                    watches = [job.watch for job, _, _ in part]
+                    records = pipe.run_rows([t for _, t, _ in part], [k for _, _, k in part],
+                                            watch=watches if any(watches) else None)
                     self.batches += 1
                     self.batch_rows.append(len(part))
                     for (job, _, _), rec in zip(part, records):

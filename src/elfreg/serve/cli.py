@@ -29,6 +29,8 @@ def register(subparsers) -> None:
     p.add_argument("--max-wait-ms", type=MAX_WAIT_MS.arg, default=10.0,
                    help="requests arriving within this window after the first waiting one share its batch")
     p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: --model)")
+    p.add_argument("--ui", action="store_true",
+                   help="open the playground page (always served at /) in a web browser once the server is up")
     scratch = argparse.ArgumentParser(add_help=False)
     add_sampler_arguments(scratch)
     for action in scratch._actions:
@@ -53,6 +55,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"elfreg serve: error: {exc.name} is not installed; pip install \"elfreg[serve]\"", file=sys.stderr)
         return 2
+    if args.ui and args.port == 0:
+        print("elfreg serve: error: --ui: needs the server's --port (not 0: any free port) to open its page",
+              file=sys.stderr)
+        return 2
     from elfreg.pretrained import ElfModel
     from elfreg.sampling.generate import generation_device
     from elfreg.sampling.text import model_sampler_config
@@ -67,7 +73,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"elfreg serve: error: {error_line(exc, args)}", file=sys.stderr)
         return 2
-    log.info("serving %s on http://%s:%d/v1 (max batch %d, window %g ms)", settings.model_name, args.host, args.port,
-             args.max_batch, args.max_wait_ms)
+    log.info("serving %s on http://%s:%d/v1 (max batch %d, window %g ms); playground: http://%s:%d/",
+             settings.model_name, args.host, args.port, args.max_batch, args.max_wait_ms, args.host, args.port)
+    if args.ui:
+        from elfreg.serve.ui import open_when_up, page_url
+
+        open_when_up(page_url(args.host, args.port))
     uvicorn.run(create_app(server), host=args.host, port=args.port, log_level=args.log_level.lower())
     return 0
