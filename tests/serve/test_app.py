@@ -125,7 +125,7 @@ def test_models_health_and_malformed_bodies(live):
     server, client, url = live
     assert [m.id for m in client.models.list().data] == ["tiny"]
     assert _http("GET", f"{url}/health") == (200, {"status": "ok", "model": "tiny", "queued": 0,
-                                                   "batches": server.batcher.batches})
+                                                   "batches": server.batcher.batches, "restarts": 0})
     status, body = _http("POST", f"{url}/v1/completions", b"{not json")
     assert status == 400 and "not valid JSON" in body["error"]["message"]
     status, body = _http("GET", f"{url}/v1/nothing")
