@@ -33,6 +33,7 @@ from elfreg.serve.validate import (SAMPLER_FIELDS, Generation, Limits, RequestEr
 
 __all__ = ["RequestError", "SAMPLER_FIELDS", "Server", "ServeSettings", "create_app", "served"]
 
+DRAIN_BYTES = 256 << 20       # a body over the limit is read and dropped up to this, then the connection is closed
 MAX_ROWS_PER_REQUEST = 1024   # prompts x n of one request, at most (a bound on one request's work)
 IGNORED = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "logit_bias", "user", "logprobs",
            "echo", "best_of", "suffix", "top_logprobs", "stream_options", "response_format", "tools", "tool_choice",
@@ -201,21 +202,26 @@ class Server:
 
 
 async def read_body(request: Any, limit: int) -> bytes:
-    """The request body, refused (413) past ``limit`` bytes before it is read whole: by its declared length, else
-    as the chunks arrive."""
+    """The request body, refused (413) past ``limit`` bytes, by its declared length or as the chunks arrive: never
+    held whole. The rest is read and dropped (up to DRAIN_BYTES), so that the client, still sending, gets the 413
+    rather than a reset connection."""
     declared = request.headers.get("content-length")
-    too_big = f"the request body is over this server's limit of {limit} bytes (--max-body-bytes)"
-    if declared is not None:
-        if not declared.isdigit() or len(declared) > 18:
-            raise RequestError(f"Content-Length: not a byte count, got {declared[:40]!r}")
-        if int(declared) > limit:
-            raise RequestError(too_big, None, "request_too_large", status=413)
+    if declared is not None and (not declared.isdigit() or len(declared) > 18):
+        raise RequestError(f"Content-Length: not a byte count, got {declared[:40]!r}")
     chunks, size = [], 0
+    over = declared is not None and int(declared) > limit
     async for chunk in request.stream():
         size += len(chunk)
-        if size > limit:
-            raise RequestError(too_big, None, "request_too_large", status=413)
-        chunks.append(chunk)
+        over = over or size > limit
+        if over:
+            chunks.clear()
+            if size > DRAIN_BYTES:
+                break
+        else:
+            chunks.append(chunk)
+    if over:
+        raise RequestError(f"the request body is over this server's limit of {limit} bytes (--max-body-bytes)",
+                           None, "request_too_large", status=413)
     return b"".join(chunks)
 
 

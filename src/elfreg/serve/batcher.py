@@ -17,6 +17,7 @@ went away) stops its batch before the next network call. Should the thread die a
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -30,6 +31,7 @@ from elfreg.sampling.network import NFECounter
 from elfreg.serve import MAX_BATCH, MAX_WAIT_MS
 from elfreg.sampling.pipeline import GenerationPipeline
 
+log = logging.getLogger("elfreg.serve")
 PIPELINES_KEPT = 16   # pipelines cached by sampler setting (building one is cheap; this bounds the memory)
 
 
@@ -232,7 +234,7 @@ class Batcher:
                     return
         except BaseException as exc:   # the thread dies (nothing above lets an Exception through): say why
             self.died = f"{type(exc).__name__}: {exc}"
-            raise
+            log.error("the batcher worker stopped: %s", self.died)
         finally:   # no request of the dead worker waits for ever
             for job in jobs:
                 if not job.future.done():

@@ -80,7 +80,7 @@ def _int(body: dict, key: str, default: int | None, low: int) -> int | None:
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2 ** 63:
         raise RequestError(f"{key}: need an integer >= {low}, got {_short(value)}", key)
     return value
 
