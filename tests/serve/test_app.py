@@ -148,7 +148,7 @@ def test_elfreg_serve_command_serves_until_stopped(tmp_path, tiny_lm_dir, model)
 
     repo = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen([sys.executable, "-m", "elfreg.cli", "serve", "--model", str(model.folder), "--port", "0",
-                             "--nfe", "6", "--rho", "2", "--served-model-name", "tiny"],
+                             "--nfe", "6", "--rho", "2", "--served-model-name", "tiny", "--api-key", "k3y"],
                             env={**os.environ, "PYTHONPATH": str(repo / "src")}, stderr=subprocess.PIPE, text=True)
     try:
         port, seen, deadline = None, [], time.monotonic() + 120
@@ -158,8 +158,10 @@ def test_elfreg_serve_command_serves_until_stopped(tmp_path, tiny_lm_dir, model)
             m = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", line)
             port = int(m.group(1)) if m else None
             assert line or proc.poll() is None, "".join(seen)
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k3y", max_retries=0)
         r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "copy d"}])
+        with pytest.raises(openai.AuthenticationError):
+            client.with_options(api_key="other").models.list()
         assert r.choices[0].message.content == model.generate(["copy d"], nfe=6, rho=2)[0]
     finally:
         proc.send_signal(signal.SIGINT)
@@ -398,3 +400,13 @@ def test_each_request_is_logged_and_counted(model, live, caplog):
     after = _http("GET", f"{url}/metrics")[1]
     assert after["requests"] - before["requests"] == 2 and after["nfe_spent"] - before["nfe_spent"] == 12
     assert after["responses"]["400"] - before["responses"].get("400", 0) == 1
+
+
+@pytest.mark.parametrize("flag, value, says", [("--max-work", "1", "argument --max-work: need an integer in [2, "),
+                                               ("--max-queue", "0", "argument --max-queue: need an integer in [1, "),
+                                               ("--max-body-bytes", "10", "argument --max-body-bytes: need an")])
+def test_elfreg_serve_refuses_bad_bounds_before_loading(tmp_path, capsys, flag, value, says):
+    from elfreg.cli import main
+
+    assert main(["serve", "--model", str(tmp_path), flag, value]) == 2
+    assert says in capsys.readouterr().err
