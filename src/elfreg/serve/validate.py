@@ -86,7 +86,10 @@ def _int(body: dict, key: str, default: int | None, low: int) -> int | None:
 
 
 def _short(value: Any) -> str:
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10 ** 30 else f"an integer of {len(str(value))} digits"
+    """A value for an error message: at most 80 characters (a huge integer by its number of digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 30:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
