@@ -133,7 +133,7 @@ def _elfreg_generate(tmp_path, *argv, stdin=b""):
     (["--prompts", "-"], b'{"prompt": "fine"}\n{"prompt": "a \\ud800 b"}\n',
      b"<stdin>:2: prompt: text that cannot be encoded as UTF-8 (U+D800 at character 3"),
     (["--prompts", "-"], b'{"prompt": "fine"}\n\n{"prompt": "caf\xe9"}\n',
-     b"<stdin>:3: not valid UTF-8 (byte 0xe9 at byte 16 of the line)"),
+     b"<stdin>:3: not UTF-8 (byte 16 of the line is 0xe9); save the file as UTF-8"),
     (["--prompts", "-"], b'{"prompt": "x", "a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
      b"<stdin>:1: not valid JSON here (nested too deeply)"),
     (["--prompts", "-"], b'{"prompt": "x", "id": ' + b"7" * 5000 + b"}\n", b"<stdin>:1: not valid JSON here"),

@@ -57,11 +57,11 @@ def iter_prompt_records(path: str | os.PathLike, field: str = "prompt", data: by
         p = "<stdin>" if str(path) == STDIN else str(Path(path))
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
+    except UnicodeDecodeError as exc:   # named here: stdin cannot be read a second time to find the line
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ValueError(f"{p}:{line}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at byte {column} of the "
-                         f"line)") from None
+        raise ValueError(f"{p}:{line}: not UTF-8 (byte {column} of the line is 0x{data[exc.start]:02x}); save the "
+                         f"file as UTF-8") from None
     found = False
     for n, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
