@@ -326,7 +326,8 @@ def _wait_for(check, seconds=30):
 
 def test_a_disconnect_cancels_the_work_and_a_full_queue_answers_429(model):
     """A long request (65535 network calls) occupies the worker; one more waits (the queue holds one), the next gets
-    429. The long one's client goes away: its batch stops before its next network call, and the waiting one runs."""
+    429 and a prompt too long its 400 meanwhile. The long one's client goes away: its batch stops before its next
+    network call, and the waiting one runs."""
     settings = ServeSettings("tiny", defaults=dict(NFE), max_batch=16, max_wait_ms=0, max_queue=1, max_work=1 << 20)
     server = Server(model, settings)
     with served(server) as url:
@@ -336,6 +337,9 @@ def test_a_disconnect_cancels_the_work_and_a_full_queue_answers_429(model):
         _wait_for(lambda: server.batcher.queue.qsize() == 1)
         status, body = _post(url, "/v1/chat/completions", _chat("sort a b c"))
         assert status == 429 and body["error"]["code"] == "queue_full", body
+        # prompts are tokenized off the worker: a prompt too long is refused while the worker is busy
+        status, body = _post(url, "/v1/chat/completions", _chat("a " * 40))
+        assert status == 400 and body["error"]["code"] == "context_length_exceeded", body
         long.close()
         _wait_for(lambda: server.batcher.cancelled == 1, 10)
         assert server.batcher.calls < 65535

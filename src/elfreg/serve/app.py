@@ -18,9 +18,11 @@
 """
 
 import asyncio
+import copy
 import hmac
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterator
@@ -97,6 +99,10 @@ class Server:
         tokens = prompt_limit(int(model.config.model.max_len), model.config.model.max_prompt_len)
         # the frozen encoder and tokenizer load now, not on the first request
         self.limits = Limits(MAX_ROWS_PER_REQUEST, settings.max_work, prompt_char_bound(model.tokenizer, tokens))
+        # prompts are tokenized (their lengths checked) off the worker, in a thread of their own with a tokenizer of
+        # their own: the worker's is never used by two threads at once
+        self.check_tokenizer = copy.deepcopy(model.tokenizer)
+        self.check_pool = ThreadPoolExecutor(1, thread_name_prefix="elfreg-check")
         self.batcher = Batcher(lambda cfg: model_pipeline(model, cfg, batch_size=settings.max_batch, formatted=True,
                                                           batch_invariant=batch_invariant, precision=precision),
                                settings.max_batch, settings.max_wait_ms, settings.max_queue)
@@ -115,19 +121,24 @@ class Server:
     async def run(self, gen: Generation, gone: Callable[[], Awaitable[None]] | None = None
                   ) -> tuple[list[dict], list[tuple[str, str, int]], int]:
         """Generate every (prompt, sample) of a checked request: (records in key order, their (text, finish_reason,
-        completion tokens), prompt tokens). The tokenizer is used in the worker thread only. ``gone()``: finishes
-        when the client disconnects, which cancels the request (ClientGone)."""
+        completion tokens), prompt tokens). The prompts are tokenized in the check thread, the answers decoded in the
+        worker. ``gone()``: finishes when the client disconnects, which cancels the request (ClientGone)."""
         cfg = self.sampler_config(gen.options)
         check_work(gen, cfg.nfe, self.limits)
+        try:
+            prompt_tokens = await asyncio.get_running_loop().run_in_executor(self.check_pool, self.prompt_tokens,
+                                                                             gen.texts)
+        except ValueError as exc:   # a prompt too long or empty
+            code = "context_length_exceeded" if "tokens" in str(exc) else None
+            raise RequestError(str(exc), gen.param, code) from None
         tok = self.model.tokenizer
-        texts = gen.texts
 
         def post(records: list[dict]) -> tuple:
             answers = [_finish(lambda ids: tok.decode(ids, skip_special_tokens=True), r["response_token_ids"],
                                gen.max_tokens, gen.stops) for r in records]
-            return records, answers, sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts)
+            return records, answers, prompt_tokens
 
-        job = Job(texts, gen.n, cfg, post)
+        job = Job(gen.texts, gen.n, cfg, post, checked=True)
         try:
             waiter = asyncio.wrap_future(self.batcher.submit(job))
         except QueueFull as exc:
@@ -145,9 +156,24 @@ class Server:
                 raise ClientGone()
         try:
             return await waiter
-        except ValueError as exc:   # a prompt too long or empty (the batcher checks with the model's tokenizer)
-            code = "context_length_exceeded" if "tokens" in str(exc) else None
-            raise RequestError(str(exc), gen.param, code) from None
+        except ValueError as exc:   # e.g. the sampler's memory estimate refusing the batch
+            raise RequestError(str(exc), gen.param) from None
+
+    def prompt_tokens(self, texts: list[str]) -> int:
+        """Check that each formatted prompt fits the model (ValueError naming it otherwise); its tokens in all. In
+        the check thread, with its own tokenizer: the texts are bounded in characters already."""
+        from elfreg.sampling.pipeline import validate_prompts
+
+        ids = [self.check_tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+        class Counted:   # the encoder validate_prompts asks: the ids just computed
+            @staticmethod
+            def prompt_token_ids(prompts: list[str]) -> list[list[int]]:
+                return ids
+
+        config = self.model.config.model
+        validate_prompts(texts, Counted(), int(config.max_len), config.max_prompt_len, "prompt", range(len(texts)))
+        return sum(map(len, ids))
 
     async def completions(self, body: Any, gone: Callable[[], Awaitable[None]] | None = None) -> dict:
         gen, fmt = completion_request(body, self.settings.model_name, self.limits)
@@ -244,6 +270,7 @@ def create_app(server: Server) -> Any:
     async def lifespan(app: FastAPI):
         yield
         server.batcher.close()
+        server.check_pool.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="elfreg", description="OpenAI-compatible API of an ELF / ELF-REG model", lifespan=lifespan)
 

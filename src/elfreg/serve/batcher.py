@@ -5,9 +5,9 @@ noise key (prompt i, sample s), as in ``elfreg generate`` and ``ElfModel.generat
 waiting request, then every request that arrives within ``max_wait_ms`` (up to ``max_batch`` rows), and runs the
 rows of each sampler setting through the generation pipeline in batches of at most ``max_batch``. The pipeline is
 batch-invariant (unless the server was started with ``--no-batch-invariant``), so a request's answers do not
-depend on the requests it happens to share a batch with. One thread owns the model and its tokenizer: requests are
-checked there too (prompt lengths, on texts the server has already bounded in characters), so nothing touches the
-model concurrently.
+depend on the requests it happens to share a batch with. One thread owns the model and its tokenizer, so nothing
+touches the model concurrently; a job's prompts are checked there too (their lengths) unless the server did it
+already (``Job.checked``: elfreg serve tokenizes them in a thread of its own, with a tokenizer of its own).
 
 The worker survives its requests: anything a request raises is that request's error. At most ``max_queue``
 requests wait (``submit`` raises :class:`QueueFull` beyond), and a request whose every job is cancelled (its client
@@ -56,6 +56,7 @@ class Job:
     post: Callable[[list[dict]], Any] | None = None
     future: Future = field(default_factory=Future)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    checked: bool = False   # its prompts were checked against the model already (by the server, off this thread)
 
     @property
     def keys(self) -> list[tuple[int, int]]:
@@ -180,7 +181,9 @@ class Batcher:
             if not job.future.set_running_or_notify_cancel():
                 continue
             try:
-                self.pipeline(job.cfg).validate(job.texts, "prompt", range(len(job.texts)))
+                pipe = self.pipeline(job.cfg)
+                if not job.checked:
+                    pipe.validate(job.texts, "prompt", range(len(job.texts)))
             except Exception as exc:   # a prompt too long or empty (ValueError), or anything else: this job's error
                 job.future.set_exception(exc)
                 continue
