@@ -141,3 +141,21 @@ def test_the_card_is_retitled_in_the_folder_only_after_the_upload(hub, tmp_path)
     push_folder(folder, "alice/titled", token="hf_test")
     assert hub.repos["alice/titled"]["README.md"] == (folder / "README.md").read_bytes() != before
     assert b"alice/titled" in (folder / "README.md").read_bytes()
+
+
+def test_a_tls_failure_and_a_timeout_are_named(hub, tmp_path, monkeypatch):
+    import httpx2
+
+    from elfreg.push import hub_failure, push_folder
+
+    folder = _model().save_pretrained(tmp_path / "model")
+    before = _tree(folder)
+    # https to a server that speaks plain HTTP: the TLS handshake fails
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url.replace("http://", "https://"))
+    with pytest.raises(OSError) as info:
+        push_folder(folder, "alice/tls", token="hf_test")
+    assert "the TLS handshake failed" in str(info.value) and "\n" not in str(info.value)
+    assert _tree(folder) == before
+    line = hub_failure(httpx2.ReadTimeout("The read operation timed out"), "alice/x", "https://hub")
+    assert line == ("cannot reach the Hugging Face Hub at https://hub to push 'alice/x': the connection timed out "
+                    "(The read operation timed out)")
