@@ -129,6 +129,8 @@ class Batcher:
         """Queue ``job``; QueueFull when max_queue requests already wait."""
         self.revive()
         with self._lock:
+            if self._closed:
+                raise RuntimeError("the server is shutting down")
             if self.queue.qsize() >= self.max_queue:
                 raise QueueFull(f"the server has {self.max_queue} requests waiting (--max-queue); retry later")
             self.queue.put(job)
