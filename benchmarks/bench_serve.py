@@ -11,7 +11,8 @@ request is one chat completion (one arithmetic question of the demo's form, in t
 real openai client from ``clients`` threads that take the next question as soon as their last one is answered.
 Printed per concurrency: requests/s, p50 and p95 latency, the mean rows per batch the server ran, and whether every
 answer equals the pipeline's for its question under noise key (0, 0), computed in one batch (the server's batches
-must not change a request's answer). The reference row is all the questions through ElfModel.generate in one batch (no HTTP): the throughput a
+must not change a request's answer); last, the time the server's checks of a request take before it is queued
+(body, fields, sampler settings, work budget), against a request's p50. The reference row is all the questions through ElfModel.generate in one batch (no HTTP): the throughput a
 server that always had a full batch would approach. Wall times on a shared machine: compare rows of one run.
 
 ``--trajectory K ...``: the cost of watching. One client sends, round after round (``--rounds``), one request of each
@@ -67,6 +68,22 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
 
 
+def check_seconds(server, question: str, reps: int = 2000) -> float:
+    """Seconds per request of what the server does before queueing one: parse the body, check its fields, its
+    sampler settings and its work budget (elfreg.serve.validate)."""
+    import json
+
+    from elfreg.serve.validate import chat_request, check_work, parse_body
+
+    raw = json.dumps({"model": server.settings.model_name, "messages": [{"role": "user", "content": question}],
+                      "seed": None, "n": 1}).encode()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        gen = chat_request(parse_body(raw), server.settings.model_name, server.limits)
+        check_work(gen, server.sampler_config(gen.options).nfe, server.limits)
+    return (time.perf_counter() - t0) / reps
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=64)
@@ -119,6 +136,7 @@ def main() -> None:
             if args.trajectory:
                 trajectory_costs(client, qs, args.trajectory, args.rounds)
                 return
+            p50 = []
             for c in args.clients:
                 first = len(server.batcher.batch_rows)
                 t0 = time.perf_counter()
@@ -130,6 +148,10 @@ def main() -> None:
                 same = all(text == r for (text, _), r in zip(out, ref))
                 print(f"{c:>8} {args.requests / wall:>8.1f} {percentile(lat, 50):>8.0f} {percentile(lat, 95):>8.0f} "
                       f"{sum(rows) / len(rows):>10.1f} {'yes' if same else 'NO':>13}")
+                p50.append(percentile(lat, 50))
+        checks = check_seconds(server, qs[0])
+        print(f"checks before a request is queued: {checks * 1e6:.0f} us per request, "
+              f"{100 * checks * 1000 / min(p50):.3f} % of the lowest p50 above")
 
 
 def trajectory_costs(client, qs: list[str], ks: list[int], rounds: int) -> None:

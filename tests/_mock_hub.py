@@ -24,6 +24,7 @@ class MockHub:
         self.private: dict[str, bool] = {}
         self.lfs: dict[str, bytes] = {}
         self.requests: list[tuple[str, str, str | None]] = []   # (method, path, Authorization header)
+        self.fail_status: int | None = None   # set: every request is answered with this HTTP status
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -34,6 +35,8 @@ class MockHub:
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
             def _reply(self, code: int, payload: dict | None = None) -> None:
+                if hub.fail_status is not None:
+                    code, payload = hub.fail_status, {"error": f"the mock answers {hub.fail_status}"}
                 data = json.dumps(payload or {}).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")

@@ -93,3 +93,69 @@ def test_elfreg_push_command_with_hf_endpoint(tmp_path):
         assert ok.returncode == 0, ok.stderr
         assert ok.stdout.startswith(f"{hub.url}/bob/elf/commit/")
         assert set(hub.repos["bob/elf"]) == {"README.md", "config.json", "model.safetensors", "stats.safetensors"}
+
+
+def _tree(folder):
+    return {p.name: p.read_bytes() for p in sorted(Path(folder).iterdir())}
+
+
+def _push_cli(folder, endpoint, tmp_path):
+    env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HUB_DISABLE_XET": "1", "HF_HOME": str(tmp_path / "hf"),
+           "PYTHONPATH": str(REPO / "src"), "HF_TOKEN": "hf_cli"}
+    env.pop("HF_HUB_OFFLINE", None)
+    return subprocess.run([sys.executable, "-m", "elfreg.cli", "push", "--model", str(folder), "--repo", "bob/elf"],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def _refused_port():
+    import socket
+
+    with socket.socket() as s:   # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("endpoint, cause", [
+    (lambda hub: f"http://127.0.0.1:{_refused_port()}", "the connection was refused"),
+    (lambda hub: "http://no-such-host.invalid", "the host name did not resolve (DNS)"),
+    (lambda hub: hub.url, "HTTP 500"),
+    (lambda hub: hub.url, "HTTP 404"),
+])
+def test_a_failed_push_is_one_line_exit_2_and_leaves_the_folder_as_it_was(tmp_path, endpoint, cause):
+    folder = _model().save_pretrained(tmp_path / "model")
+    before = _tree(folder)
+    with MockHub() as hub:
+        hub.fail_status = int(cause.split()[1]) if cause.startswith("HTTP") else None
+        run = _push_cli(folder, endpoint(hub), tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith("elfreg push: error: ") and run.stderr.count("\n") == 1, run.stderr
+    assert cause in run.stderr and "bob/elf" in run.stderr
+    assert _tree(folder) == before   # the card was not retitled: nothing was uploaded
+
+
+def test_the_card_is_retitled_in_the_folder_only_after_the_upload(hub, tmp_path):
+    from elfreg.push import push_folder
+
+    folder = _model().save_pretrained(tmp_path / "model")
+    before = (folder / "README.md").read_bytes()
+    push_folder(folder, "alice/titled", token="hf_test")
+    assert hub.repos["alice/titled"]["README.md"] == (folder / "README.md").read_bytes() != before
+    assert b"alice/titled" in (folder / "README.md").read_bytes()
+
+
+def test_a_tls_failure_and_a_timeout_are_named(hub, tmp_path, monkeypatch):
+    import httpx2
+
+    from elfreg.push import hub_failure, push_folder
+
+    folder = _model().save_pretrained(tmp_path / "model")
+    before = _tree(folder)
+    # https to a server that speaks plain HTTP: the TLS handshake fails
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url.replace("http://", "https://"))
+    with pytest.raises(OSError) as info:
+        push_folder(folder, "alice/tls", token="hf_test")
+    assert "the TLS handshake failed" in str(info.value) and "\n" not in str(info.value)
+    assert _tree(folder) == before
+    line = hub_failure(httpx2.ReadTimeout("The read operation timed out"), "alice/x", "https://hub")
+    assert line == ("cannot reach the Hugging Face Hub at https://hub to push 'alice/x': the connection timed out "
+                    "(The read operation timed out)")

@@ -114,3 +114,42 @@ def test_generate_refuses_results_with_no_fingerprint(tmp_path, capsys):
     (tmp_path / "o.fingerprint.json").unlink()  # results from an older elfreg
     assert cmd_generate(_args(*argv), load=_loader([])) == 2
     assert "no record of the settings that made them" in capsys.readouterr().err
+
+
+def _elfreg_generate(tmp_path, *argv, stdin=b""):
+    """`elfreg generate` as a user runs it (argv items may be bytes: what a shell passes through unchanged)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    return subprocess.run([sys.executable, "-m", "elfreg.cli", "generate", "--model", str(tmp_path / "no-model"),
+                           *argv], input=stdin, capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(repo / "src")})
+
+
+@pytest.mark.parametrize("argv, stdin, says", [
+    (["--prompts", "-"], b'{"prompt": "fine"}\n{"prompt": "a \\ud800 b"}\n',
+     b"<stdin>:2: prompt: text that cannot be encoded as UTF-8 (U+D800 at character 3"),
+    (["--prompts", "-"], b'{"prompt": "fine"}\n\n{"prompt": "caf\xe9"}\n',
+     b"<stdin>:3: not UTF-8 (byte 16 of the line is 0xe9); save the file as UTF-8"),
+    (["--prompts", "-"], b'{"prompt": "x", "a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+     b"<stdin>:1: not valid JSON here (nested too deeply)"),
+    (["--prompts", "-"], b'{"prompt": "x", "id": ' + b"7" * 5000 + b"}\n", b"<stdin>:1: not valid JSON here"),
+    ([b"--prompt", b"fine", b"--prompt", b"caf\xe9 au lait"],
+     b"", b"--prompt:2: text that cannot be encoded as UTF-8 (0xe9 at character 4"),
+])
+def test_inputs_that_cannot_be_encoded_are_one_line_exit_2(tmp_path, argv, stdin, says):
+    run = _elfreg_generate(tmp_path, *argv, stdin=stdin)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith(b"elfreg generate: error: ") and run.stderr.count(b"\n") == 1, run.stderr
+    assert says in run.stderr, run.stderr
+
+
+def test_a_prompts_file_with_a_lone_surrogate_names_its_line(tmp_path, capsys):
+    p = tmp_path / "p.jsonl"
+    p.write_bytes(b'{"prompt": "one"}\n{"prompt": "\\udc80"}\n')
+    assert cmd_generate(_args("--model", "m", "--prompts", str(p), "--out", str(tmp_path / "o.jsonl")),
+                        load=_loader(calls := [])) == 2
+    assert f"{p}:2: prompt: text that cannot be encoded as UTF-8" in capsys.readouterr().err and calls == []

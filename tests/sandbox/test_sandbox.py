@@ -262,3 +262,43 @@ def test_a_program_writes_only_its_own_tmpfs(monkeypatch, harness):
     with sb:
         r = verdict(sb, WRITER, "assert written == ['/tmp/x', '/sandbox/x'], written")
     assert r.passed, (sb.isolation.describe(), r.detail)
+
+
+NESTED_USERNS = """
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NEWUSER, SIGCHLD = 0x10000000, 17
+clone_nr = {'x86_64': 56, 'aarch64': 220}[os.uname().machine]
+got = {}
+got['unshare'] = (libc.unshare(NEWUSER), ctypes.get_errno())
+pid = libc.syscall(clone_nr, NEWUSER | SIGCHLD, 0, 0, 0, 0)
+if pid == 0:
+    os._exit(0)
+got['clone'] = (pid, ctypes.get_errno())
+if pid > 0:
+    os.waitpid(pid, 0)
+# what a program does need still works: threads and processes (clone without the flag, clone3's fallback)
+ran = []
+t = threading.Thread(target=ran.append, args=[1])
+t.start()
+t.join()
+child = os.fork()
+if child == 0:
+    os._exit(7)
+got['fork'] = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+got['thread'] = ran
+"""
+
+
+def test_a_program_cannot_make_a_user_namespace():
+    """unshare(CLONE_NEWUSER) and clone(CLONE_NEWUSER) are refused (EPERM) by the runner's filter in every
+    isolation mode; threads and forks still run."""
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        pytest.skip(f"no namespace syscall numbers known for {os.uname().machine}")
+    from ._isolation import any_sandbox
+
+    with any_sandbox(memory_bytes=1 << 30) as sb:
+        r = run_asserts(sb, NESTED_USERNS, "assert got == {'unshare': (-1, 1), 'clone': (-1, 1), 'fork': 7, "
+                                           "'thread': [1]}, got", 30.0)
+    assert r.passed, (sb.isolation.describe(), r.detail)

@@ -165,3 +165,28 @@ def test_a_client_leaving_mid_stream_harms_no_other_request(model, live):
     with urllib.request.urlopen(f"{url}/health", timeout=30) as h:
         status, body = h.status, json.loads(h.read())
     assert status == 200 and body["status"] == "ok"
+
+
+def test_a_client_leaving_mid_stream_cancels_its_work(model):
+    """A long streamed request (65,535 network calls) whose client goes while it runs (a plain stream's first chunk
+    comes with the answer): its batch stops before the next network call, as a plain request's does, and the next
+    request is answered."""
+    import http.client
+    import time
+
+    server = Server(model, ServeSettings("tiny", defaults=dict(NFE), max_batch=16, max_wait_ms=0))
+    with served(server) as url:
+        host, port = url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        conn.request("POST", "/v1/chat/completions", json.dumps(
+            {"messages": _chat("copy d"), "stream": True, "nfe": 65535, "rho": 1}), {"Content-Type": "application/json"})
+        deadline = time.monotonic() + 60
+        while server.batcher.calls < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        conn.close()
+        while server.batcher.cancelled < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.batcher.cancelled == 1 and server.batcher.calls < 65535
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        r = client.chat.completions.create(model="tiny", messages=_chat("copy d"))
+        assert r.choices[0].message.content == model.generate(["copy d"], **NFE)[0]

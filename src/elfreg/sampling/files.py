@@ -56,16 +56,28 @@ def iter_prompt_records(path: str | os.PathLike, field: str = "prompt", data: by
         data, p = _prompt_bytes(path)
     else:
         p = "<stdin>" if str(path) == STDIN else str(Path(path))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:   # named here: stdin cannot be read a second time to find the line
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ValueError(f"{p}:{line}: not UTF-8 (byte {column} of the line is 0x{data[exc.start]:02x}); save the "
+                         f"file as UTF-8") from None
     found = False
-    for n, raw in enumerate(data.decode("utf-8").splitlines(), start=1):
+    for n, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
         try:
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{p}:{n}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise ValueError(f"{p}:{n}: not valid JSON here (nested too deeply)") from None
+        except ValueError as exc:   # e.g. an integer of more digits than Python converts
+            raise ValueError(f"{p}:{n}: not valid JSON here ({str(exc).splitlines()[0][:120]})") from None
         if not isinstance(obj, dict) or not isinstance(obj.get(field), str):
             raise ValueError(f"{p}:{n}: expected an object with a string field {field!r}")
+        check_encodable(obj[field], f"{p}:{n}: {field}")
         found = True
         yield n, obj
     if not found:
@@ -84,8 +96,23 @@ def read_prompts(path: str | os.PathLike, field: str = "prompt") -> PromptFile:
     return PromptFile(prompts, lines, ids, source, hashlib.sha256(data).hexdigest())
 
 
+def check_encodable(text: str, where: str) -> None:
+    """ValueError naming ``where`` for a text UTF-8 cannot encode (a lone surrogate: a ``\\ud800`` JSON escape, or
+    command-line bytes that were not UTF-8), which no tokenizer takes."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = f"0x{ord(text[exc.start]) - 0xDC00:02x}" if 0xDC80 <= ord(text[exc.start]) <= 0xDCFF else \
+                f"U+{ord(text[exc.start]):04X}"
+            raise ValueError(f"{where}: text that cannot be encoded as UTF-8 ({bad} at character {exc.start + 1}: "
+                             f"a lone surrogate, or bytes that are not UTF-8)") from None
+
+
 def inline_prompts(texts: list[str], source: str = "--prompt") -> PromptFile:
     """Prompts given on the command line: prompt i is texts[i] (messages name it ``--prompt:i+1``)."""
+    for i, text in enumerate(texts, start=1):
+        check_encodable(text, f"{source}:{i}")
     digest = hashlib.sha256(json.dumps(list(texts)).encode()).hexdigest()
     return PromptFile(list(texts), list(range(1, len(texts) + 1)), [None] * len(texts), source, digest)
 

@@ -6,73 +6,69 @@
   has one question field: system and earlier turns are refused, not silently dropped).
 - ``n``: samples per prompt (sample s of prompt i is noise key (i, s), as ``elfreg generate``); ``seed``; the
   sampler settings as extra fields (``nfe``, ``sampler``, ``rho``, ``w``, ``task``, ... any SamplerConfig field),
-  each defaulting to the server's (its command-line flags). ``max_tokens`` and ``stop`` cut the answer
+  each defaulting to the server's (its command-line flags; null too). ``max_tokens`` and ``stop`` cut the answer
   (finish_reason ``length`` / ``stop``). ``temperature``, ``top_p`` and the penalties do not apply to this model
   family and are ignored. ``stream: true`` answers as Server-Sent Events in OpenAI's chunk format, with the
   denoising trajectory on request (``"elfreg": {"trajectory": true, "every": k}``; elfreg.serve.stream).
 - Errors are OpenAI's JSON (``{"error": {"message", "type", "param", "code"}}``): 400 for a bad field or a prompt
-  over the model's limit (code ``context_length_exceeded``: refused, never truncated), 404 for another model name.
-- ``GET /v1/models``, ``GET /health``; ``GET /``: the playground page (elfreg.serve.ui).
+  over the model's limit (code ``context_length_exceeded``: refused, never truncated), 401 without the server's
+  API key, 404 for another model name, 413 for a body over the size limit, 429 when the queue is full, 500 (JSON
+  too) for the server's own failure. A request is checked whole (validate.py) before it is queued, and one whose
+  client disconnects is cancelled (a stream too).
+- ``GET /v1/models``, ``GET /health`` (503 while the worker is down; the call restarts it), ``GET /metrics``;
+  ``GET /``: the playground page (elfreg.serve.ui).
 """
 
 import asyncio
+import copy
+import hmac
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Iterator
 
 from elfreg.sampling.config import SamplerConfig
-from elfreg.serve.batcher import Batcher, Job
+from elfreg.serve.batcher import Batcher, Job, QueueFull
+from elfreg.serve.metrics import RequestStats, log
 from elfreg.serve.stream import check_stream, stream_response
 from elfreg.serve.ui import add_playground
+from elfreg.serve.validate import (SAMPLER_FIELDS, Generation, Limits, RequestError, chat_request, check_work,
+                                   completion_request, parse_body, prompt_char_bound)
 
+__all__ = ["RequestError", "SAMPLER_FIELDS", "Server", "ServeSettings", "create_app", "served"]
+
+DRAIN_BYTES = 256 << 20       # a body over the limit is read and dropped up to this, then the connection is closed
 MAX_ROWS_PER_REQUEST = 1024   # prompts x n of one request, at most (a bound on one request's work)
 IGNORED = ("temperature", "top_p", "presence_penalty", "frequency_penalty", "logit_bias", "user", "logprobs",
            "echo", "best_of", "suffix", "top_logprobs", "response_format", "tools", "tool_choice",
            "parallel_tool_calls", "max_completion_tokens", "store", "metadata", "service_tier", "modalities")
-SAMPLER_FIELDS = {f.name for f in fields(SamplerConfig)} | {"task"}
 
 
-class RequestError(ValueError):
-    """A request the server refuses: HTTP status, OpenAI error type, the field, a code."""
-
-    def __init__(self, message: str, param: str | None = None, code: str | None = None, status: int = 400,
-                 kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.param, self.code, self.status, self.kind = param, code, status, kind
-
-    def body(self) -> dict:
-        return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.code}}
+class ClientGone(Exception):
+    """The client disconnected before its answer: the request was cancelled."""
 
 
 @dataclass
 class ServeSettings:
-    """What the server was started with: the model's name, the default sampler settings, the batching."""
+    """What the server was started with: the model's name, the default sampler settings, the batching, the bounds
+    on a request, the API key (None: none asked)."""
 
     model_name: str
     defaults: dict[str, Any] = field(default_factory=dict)   # sampler_config keyword arguments (task, w, nfe, ...)
     max_batch: int = 32
     max_wait_ms: float = 10.0
+    max_body_bytes: int = 4 << 20      # bytes of a request body
+    max_work: int = 1 << 16            # rows x NFE of one request
+    max_queue: int = 256               # requests waiting for the worker
+    api_key: str | None = None
 
-
-def _int(body: dict, key: str, default: int, low: int = 1) -> int:
-    value = body.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise RequestError(f"{key}: need an integer >= {low}, got {value!r}", key)
-    return value
-
-
-def _stops(body: dict) -> list[str]:
-    stop = body.get("stop")
-    if stop is None:
-        return []
-    stops = [stop] if isinstance(stop, str) else stop
-    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > 4:
-        raise RequestError("stop: a non-empty string or a list of up to 4 of them", "stop")
-    return stops
+    def __post_init__(self) -> None:
+        for name in ("max_body_bytes", "max_work", "max_queue"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"--{name.replace('_', '-')}: need an integer >= 1, got {value!r}")
 
 
 def _finish(text_of: Any, ids: list[int], max_tokens: int | None, stops: list[str]) -> tuple[str, str, int]:
@@ -97,98 +93,112 @@ class Server:
 
     def __init__(self, model: Any, settings: ServeSettings, batch_invariant: bool | None = None,
                  precision: str = "auto") -> None:
+        from elfreg.sampling.pipeline import prompt_limit
         from elfreg.sampling.text import model_pipeline
 
         self.model = model
         self.settings = settings
         self.created = int(time.time())
-        model.tokenizer   # the frozen encoder and tokenizer load now, not on the first request
+        self.stats = RequestStats()
+        tokens = prompt_limit(int(model.config.model.max_len), model.config.model.max_prompt_len)
+        # the frozen encoder and tokenizer load now, not on the first request
+        self.limits = Limits(MAX_ROWS_PER_REQUEST, settings.max_work, prompt_char_bound(model.tokenizer, tokens))
+        # prompts are tokenized (their lengths checked) off the worker, in a thread of their own with a tokenizer of
+        # their own: the worker's is never used by two threads at once
+        self.check_tokenizer = copy.deepcopy(model.tokenizer)
+        self.check_pool = ThreadPoolExecutor(1, thread_name_prefix="elfreg-check")
         self.batcher = Batcher(lambda cfg: model_pipeline(model, cfg, batch_size=settings.max_batch, formatted=True,
                                                           batch_invariant=batch_invariant, precision=precision),
-                               settings.max_batch, settings.max_wait_ms)
+                               settings.max_batch, settings.max_wait_ms, settings.max_queue)
 
     # -- requests -> jobs ---------------------------------------------------------------------------------------
-    def sampler_config(self, body: dict) -> SamplerConfig:
+    def sampler_config(self, options: dict) -> SamplerConfig:
+        """The request's sampler settings (type-checked by validate.sampler_options) over the server's defaults."""
         from elfreg.sampling.text import model_sampler_config
 
-        options = {**self.settings.defaults, **{k: body[k] for k in SAMPLER_FIELDS if k in body}}
         try:
-            return model_sampler_config(self.model, **options)
+            return model_sampler_config(self.model, **{**self.settings.defaults, **options})
         except (ValueError, TypeError) as exc:
             name = str(exc).split(":", 1)[0]
             raise RequestError(str(exc), name if name in SAMPLER_FIELDS else None) from None
 
-    def check_common(self, body: dict) -> None:
-        if not isinstance(body, dict):
-            raise RequestError("the request body must be a JSON object")
-        name = body.get("model")
-        if name is not None and name != self.settings.model_name:
-            raise RequestError(f"The model '{name}' does not exist; this server serves '{self.settings.model_name}'",
-                               "model", "model_not_found", status=404)
-
-    async def run(self, texts: list[str], body: dict, watch: Any = None
+    async def run(self, gen: Generation, gone: Callable[[], Awaitable[None]] | None = None, watch: Any = None
                   ) -> tuple[list[dict], list[tuple[str, str, int]], int]:
-        """Generate every (prompt, sample) of a request: (records in key order, their (text, finish_reason,
-        completion tokens), prompt tokens). The tokenizer is used in the worker thread only. ``watch``: an
+        """Generate every (prompt, sample) of a checked request: (records in key order, their (text, finish_reason,
+        completion tokens), prompt tokens). The prompts are tokenized in the check thread, the answers decoded in the
+        worker. ``gone()``: finishes when the client disconnects, which cancels the request (ClientGone). ``watch``: an
         elfreg.sampling.watch.Watch of the request's rows (the trajectory stream)."""
-        n = _int(body, "n", 1)
-        if len(texts) * n > MAX_ROWS_PER_REQUEST:
-            raise RequestError(f"n: {len(texts)} prompts x n={n} is over {MAX_ROWS_PER_REQUEST} answers per request",
-                               "n")
-        name = "max_tokens" if "max_tokens" in body else "max_completion_tokens"
-        max_tokens = _int(body, name, 0) if body.get(name) is not None else None
-        stops = _stops(body)
-        cfg = self.sampler_config(body)
+        cfg = self.sampler_config(gen.options)
+        check_work(gen, cfg.nfe, self.limits)
+        try:
+            prompt_tokens = await asyncio.get_running_loop().run_in_executor(self.check_pool, self.prompt_tokens,
+                                                                             gen.texts)
+        except ValueError as exc:   # a prompt too long or empty
+            code = "context_length_exceeded" if "tokens" in str(exc) else None
+            raise RequestError(str(exc), gen.param, code) from None
         tok = self.model.tokenizer
 
         def post(records: list[dict]) -> tuple:
             answers = [_finish(lambda ids: tok.decode(ids, skip_special_tokens=True), r["response_token_ids"],
-                               max_tokens, stops) for r in records]
-            return records, answers, sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts)
+                               gen.max_tokens, gen.stops) for r in records]
+            return records, answers, prompt_tokens
 
+        job = Job(gen.texts, gen.n, cfg, post, watch=watch, checked=True)
         try:
-            return await asyncio.wrap_future(self.batcher.submit(Job(texts, n, cfg, post, watch=watch)))
-        except ValueError as exc:   # a prompt too long or empty (the batcher checks with the model's tokenizer)
-            code = "context_length_exceeded" if "tokens" in str(exc) else None
-            raise RequestError(str(exc), "messages" if "messages" in body else "prompt", code) from None
+            waiter = asyncio.wrap_future(self.batcher.submit(job))
+        except QueueFull as exc:
+            raise RequestError(str(exc), None, "queue_full", status=429, kind="rate_limit_error") from None
+        waiter.add_done_callback(lambda f: f.cancelled() or f.exception())   # retrieved even when nobody awaits
+        if gone is not None:
+            left = asyncio.ensure_future(gone())
+            try:
+                await asyncio.wait({waiter, left}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                if not waiter.done():
+                    job.cancel()
+                left.cancel()
+            if not waiter.done():
+                raise ClientGone()
+        try:
+            return await waiter
+        except ValueError as exc:   # e.g. the sampler's memory estimate refusing the batch
+            raise RequestError(str(exc), gen.param) from None
 
-    async def completions(self, body: dict) -> dict:
-        self.check_common(body)
-        prompt = body.get("prompt")
-        texts = [prompt] if isinstance(prompt, str) else prompt
-        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-            raise RequestError("prompt: a string or a non-empty list of strings (token-id prompts are not supported)",
-                               "prompt")
-        fmt = body.get("prompt_format", "raw")
-        if fmt not in ("raw", "template"):
-            raise RequestError(f"prompt_format: 'raw' (default) or 'template', got {fmt!r}", "prompt_format")
+    def prompt_tokens(self, texts: list[str]) -> int:
+        """Check that each formatted prompt fits the model (ValueError naming it otherwise); its tokens in all. In
+        the check thread, with its own tokenizer: the texts are bounded in characters already."""
+        from elfreg.sampling.pipeline import validate_prompts
+
+        ids = [self.check_tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+        class Counted:   # the encoder validate_prompts asks: the ids just computed
+            @staticmethod
+            def prompt_token_ids(prompts: list[str]) -> list[list[int]]:
+                return ids
+
+        config = self.model.config.model
+        validate_prompts(texts, Counted(), int(config.max_len), config.max_prompt_len, "prompt", range(len(texts)))
+        return sum(map(len, ids))
+
+    async def completions(self, body: Any, gone: Callable[[], Awaitable[None]] | None = None) -> Any:
+        gen, fmt = completion_request(body, self.settings.model_name, self.limits)
         if fmt == "template":
-            texts = self.model.format_prompts(texts)
+            gen.texts = self.model.format_prompts(gen.texts)
         if check_stream(body):
-            return await stream_response(self, "text_completion", texts, body)
-        records, answers, prompt_tokens = await self.run(texts, body)
+            return await stream_response(self, "text_completion", gen, body, gone)
+        records, answers, prompt_tokens = await self.run(gen, gone)
         choices = [{"index": i, "text": text, "finish_reason": reason, "logprobs": None}
                    for i, (text, reason, _) in enumerate(answers)]
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": self.settings.model_name, "choices": choices,
                 "usage": _usage(prompt_tokens, answers), **self._extra(records)}
 
-    async def chat(self, body: dict) -> dict:
-        self.check_common(body)
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise RequestError("messages: a non-empty list of messages", "messages")
-        for i, m in enumerate(messages):
-            if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-                raise RequestError(f"messages[{i}]: an object with a string 'content'", "messages")
-        if len(messages) != 1 or messages[0].get("role") != "user":
-            roles = [m.get("role") for m in messages]
-            raise RequestError(f"messages: this model's prompt template has one question, so a chat is one user "
-                               f"message; got roles {roles}", "messages")
-        texts = self.model.format_prompts([messages[0]["content"]])
+    async def chat(self, body: Any, gone: Callable[[], Awaitable[None]] | None = None) -> Any:
+        gen = chat_request(body, self.settings.model_name, self.limits)
+        gen.texts = self.model.format_prompts(gen.texts)
         if check_stream(body):
-            return await stream_response(self, "chat.completion", texts, body)
-        records, answers, prompt_tokens = await self.run(texts, body)
+            return await stream_response(self, "chat.completion", gen, body, gone)
+        records, answers, prompt_tokens = await self.run(gen, gone)
         choices = [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": reason,
                     "logprobs": None} for i, (text, reason, _) in enumerate(answers)]
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
@@ -206,37 +216,108 @@ class Server:
         return {"object": "list", "data": [{"id": self.settings.model_name, "object": "model",
                                             "created": self.created, "owned_by": "elfreg"}]}
 
-    def health(self) -> dict:
-        return {"status": "ok", "model": self.settings.model_name, "queued": self.batcher.queue.qsize(),
-                "batches": self.batcher.batches}
+    def health(self) -> tuple[int, dict]:
+        """(HTTP status, body): 200 while the worker runs; 503 naming why it stopped, and a new one is started."""
+        body = {"status": "ok", "model": self.settings.model_name, "queued": self.batcher.queue.qsize(),
+                "batches": self.batcher.batches, "restarts": self.batcher.restarts}
+        if self.batcher.alive:
+            return 200, body
+        died = self.batcher.died or "stopped"
+        log.error("the batcher worker is down (%s); restarting it", died)
+        restarted = self.batcher.revive()
+        return 503, {**body, "status": f"worker down ({died})" + ("; restarted" if restarted else "")}
+
+    def authorized(self, header: str | None) -> bool:
+        """Whether an Authorization header carries the server's API key (always, when it has none)."""
+        key = self.settings.api_key
+        if not key:
+            return True
+        given = (header or "").removeprefix("Bearer ").strip()
+        return bool(header and header.startswith("Bearer ")) and hmac.compare_digest(given.encode(), key.encode())
+
+
+async def read_body(request: Any, limit: int) -> bytes:
+    """The request body, refused (413) past ``limit`` bytes, by its declared length or as the chunks arrive: never
+    held whole. The rest is read and dropped (up to DRAIN_BYTES), so that the client, still sending, gets the 413
+    rather than a reset connection."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or len(declared) > 18):
+        raise RequestError(f"Content-Length: not a byte count, got {declared[:40]!r}")
+    chunks, size = [], 0
+    over = declared is not None and int(declared) > limit
+    async for chunk in request.stream():
+        size += len(chunk)
+        over = over or size > limit
+        if over:
+            chunks.clear()
+            if size > DRAIN_BYTES:
+                break
+        else:
+            chunks.append(chunk)
+    if over:
+        raise RequestError(f"the request body is over this server's limit of {limit} bytes (--max-body-bytes)",
+                           None, "request_too_large", status=413)
+    return b"".join(chunks)
+
+
+async def disconnected(request: Any) -> None:
+    """Finishes when the client of ``request`` (its body already read) disconnects."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def create_app(server: Server) -> Any:
     """The FastAPI application over ``server``."""
+    from contextlib import asynccontextmanager
+
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
     from starlette.exceptions import HTTPException
-
-    from contextlib import asynccontextmanager
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
         server.batcher.close()
+        server.check_pool.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="elfreg", description="OpenAI-compatible API of an ELF / ELF-REG model", lifespan=lifespan)
 
     def error(exc: RequestError) -> JSONResponse:
-        return JSONResponse(exc.body(), status_code=exc.status)
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
-    async def body_of(request: Request) -> dict:
-        import json
+    def check_key(request: Request) -> None:
+        if not server.authorized(request.headers.get("authorization")):
+            raise RequestError("a valid API key is needed: Authorization: Bearer KEY (the server's --api-key)",
+                               None, "invalid_api_key", status=401)
 
+    async def answer(request: Request, handle: Callable[..., Awaitable[dict]]) -> Response:
+        """One generation request, whatever happens: its JSON answer or error, its log line and counts."""
+        t0 = time.perf_counter()
+        rows = nfe = 0
+        note = ""
         try:
-            return json.loads(await request.body() or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise RequestError(f"the request body is not valid JSON ({exc})") from None
+            check_key(request)
+            body = parse_body(await read_body(request, server.settings.max_body_bytes))
+            result = await handle(body, lambda: disconnected(request))
+            if isinstance(result, Response):   # a stream (elfreg.serve.stream): its rows and NFE come as it runs
+                response, note = result, "stream"
+            else:
+                rows, nfe = len(result["choices"]), sum(result["elfreg"]["nfe_spent"])
+                response = JSONResponse(result)
+        except RequestError as exc:
+            response, note = error(exc), str(exc)[:200]
+        except ClientGone:
+            response, note = Response(status_code=499), "the client disconnected; cancelled"
+        except Exception as exc:   # the server's own failure: this request's 500, never the process's
+            note = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            log.debug("request failed", exc_info=True)
+            response = error(RequestError(f"internal error ({note})", None, "internal_error", status=500,
+                                          kind="server_error"))
+        server.stats.record(request.method, request.url.path, response.status_code, time.perf_counter() - t0,
+                            rows, nfe, note)
+        return response
 
     @app.exception_handler(RequestError)
     async def _refused(request: Request, exc: RequestError) -> JSONResponse:
@@ -250,23 +331,32 @@ def create_app(server: Server) -> Any:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error(RequestError(str(exc)))
+        return error(RequestError(str(exc)[:500]))
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
-        return await server.completions(await body_of(request))
+        return await answer(request, server.completions)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        return await server.chat(await body_of(request))
+        return await answer(request, server.chat)
 
     @app.get("/v1/models")
-    async def models() -> Any:
+    async def models(request: Request) -> Any:
+        check_key(request)
         return server.models()
 
     @app.get("/health")
     async def health() -> Any:
-        return server.health()
+        status, body = server.health()
+        return JSONResponse(body, status_code=status)
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Any:
+        check_key(request)
+        return {**server.stats.snapshot(), "queued": server.batcher.queue.qsize(), "batches": server.batcher.batches,
+                "network_calls": server.batcher.calls, "cancelled_batches": server.batcher.cancelled,
+                "worker_restarts": server.batcher.restarts}
 
     add_playground(app)
     return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from elfreg.bounds import Range
@@ -15,6 +16,10 @@ DEFAULT_FLAGS = ("sampler", "nfe", "rho", "grid", "p", "eta", "w", "task", "sigm
                  "patience", "min_nfe", "extract", "seed", "device", "batch_invariant", "precision")
 log = logging.getLogger(__name__)
 PORT = Range(0, 65535, integer=True, why="0: any free port")
+BODY_BYTES = Range(1024, 1 << 34, integer=True)
+WORK = Range(2, 1 << 40, integer=True, why="rows x NFE of one request")
+QUEUE = Range(1, 1 << 20, integer=True)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def register(subparsers) -> None:
@@ -31,6 +36,15 @@ def register(subparsers) -> None:
     p.add_argument("--served-model-name", default=None, help="the model's name in the API (default: --model)")
     p.add_argument("--ui", action="store_true",
                    help="open the playground page (always served at /) in a web browser once the server is up")
+    p.add_argument("--max-body-bytes", type=BODY_BYTES.arg, default=4 << 20,
+                   help="a request body over this many bytes is refused (413) before it is read whole")
+    p.add_argument("--max-work", type=WORK.arg, default=1 << 16,
+                   help="a request asking for more network-call rows than this (prompts x n x NFE) is refused (400)")
+    p.add_argument("--max-queue", type=QUEUE.arg, default=256,
+                   help="requests waiting for the model, at most; beyond, a request is answered 429 (retry later)")
+    p.add_argument("--api-key", default=os.environ.get("ELFREG_API_KEY") or None,
+                   help="the key clients must send (Authorization: Bearer KEY) on /v1/ and /metrics (default: "
+                        "$ELFREG_API_KEY; none: no key asked, fine on 127.0.0.1 only)")
     scratch = argparse.ArgumentParser(add_help=False)
     add_sampler_arguments(scratch)
     for action in scratch._actions:
@@ -65,7 +79,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from elfreg.serve.app import Server, ServeSettings, create_app
 
     settings = ServeSettings(model_name=args.served_model_name or str(args.model), defaults=settings_of(args),
-                             max_batch=args.max_batch, max_wait_ms=args.max_wait_ms)
+                             max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                             max_body_bytes=args.max_body_bytes, max_work=args.max_work, max_queue=args.max_queue,
+                             api_key=args.api_key)
+    if args.api_key is None and args.host not in LOOPBACK:
+        log.warning("serving on %s without --api-key: anyone who reaches this address can use the model", args.host)
     try:
         model = ElfModel.from_pretrained(args.model, device=generation_device(args.device))
         model_sampler_config(model, **settings.defaults)   # bad defaults fail here, naming the field

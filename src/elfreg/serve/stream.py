@@ -24,9 +24,10 @@ import asyncio
 import json
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from elfreg.sampling.watch import EVERY, StepView, Watch
+from elfreg.serve.validate import Generation, RequestError
 
 if TYPE_CHECKING:
     from elfreg.serve.app import Server
@@ -35,8 +36,6 @@ TRAJECTORY_KEYS = ("trajectory", "every")
 
 
 def _refuse(message: str, param: str) -> Exception:
-    from elfreg.serve.app import RequestError
-
     return RequestError(message, param)
 
 
@@ -113,20 +112,34 @@ class ChunkMaker:
         return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
 
 
-async def stream_response(server: "Server", kind: str, texts: list[str], body: dict) -> Any:
+async def stream_response(server: "Server", kind: str, gen: Generation, body: dict,
+                          gone: Callable[[], Awaitable[None]] | None = None) -> Any:
     """The streamed answer of a checked request (``kind`` chat.completion or text_completion): a StreamingResponse,
-    or the request's RequestError when it is refused before its generation starts."""
+    or the request's RequestError when it is refused before its generation starts. A client that leaves mid-stream
+    cancels the request's rows before their next network call, as without a stream: ``gone()`` finishes when the
+    client disconnects (before the first chunk), the stream's end tells after."""
     from fastapi.responses import StreamingResponse
 
-    from elfreg.serve.app import RequestError, _int, _usage
+    from elfreg.serve.app import _usage
 
     every = trajectory_every(body)
-    samples = _int(body, "n", 1)
+    samples = gen.n
     make = ChunkMaker(kind, server.settings.model_name, bool((body.get("stream_options") or {}).get("include_usage")))
     loop = asyncio.get_running_loop()
     views: asyncio.Queue[list[StepView]] = asyncio.Queue()   # at most one item per step of the request's batches
     watch = Watch(lambda vs: loop.call_soon_threadsafe(views.put_nowait, vs), every) if every else None
-    task = asyncio.ensure_future(server.run(texts, body, watch))
+    left = asyncio.Event()   # set when the stream ends before the answer: the client went away
+
+    async def until_gone() -> None:
+        waits = [asyncio.ensure_future(left.wait())] + ([asyncio.ensure_future(gone())] if gone else [])
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    task = asyncio.ensure_future(server.run(gen, until_gone, watch))
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())   # retrieved even when the stream was left
     pending: asyncio.Future | None = asyncio.ensure_future(views.get())
     # the first view or the end: a request refused before its generation is an HTTP error, not a broken stream
     await asyncio.wait({task, pending}, return_when=asyncio.FIRST_COMPLETED)
@@ -141,7 +154,7 @@ async def stream_response(server: "Server", kind: str, texts: list[str], body: d
         nonlocal pending
         try:
             if make.chat:
-                for i in range(len(texts) * samples):
+                for i in range(len(gen.texts) * samples):
                     yield sse(make.chunk([make.choice(i, None, role=True)]))
             while True:
                 if pending is None:
@@ -165,7 +178,7 @@ async def stream_response(server: "Server", kind: str, texts: list[str], body: d
                 yield sse({"error": {"message": f"generation failed: {exc}", "type": "server_error", "param": None,
                                      "code": None}})
                 return
-            extra = _stream_extra(server, body, records, answers)
+            extra = _stream_extra(server, gen, records, answers)
             last = len(answers) - 1
             for i, (text, reason, _) in enumerate(answers):
                 yield sse(make.chunk([make.choice(i, text)]))
@@ -177,17 +190,20 @@ async def stream_response(server: "Server", kind: str, texts: list[str], body: d
         finally:
             if pending is not None:
                 pending.cancel()
+            if not task.done():
+                left.set()
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def _stream_extra(server: "Server", body: dict, records: list[dict], answers: list[tuple[str, str, int]]) -> dict:
+def _stream_extra(server: "Server", gen: Generation, records: list[dict], answers: list[tuple[str, str, int]]
+                  ) -> dict:
     """elfreg's fields of a streamed response: those of the plain response, the view decoder calls per choice and
     each choice's answer as the request's extractor reads it."""
     from elfreg.tasks.answers import extractor
 
-    read = extractor(server.sampler_config(body).extract)
+    read = extractor(server.sampler_config(gen.options).extract)
     extra = server._extra(records)["elfreg"]
     return {**extra, "view_calls": [r.get("view_calls", 0) for r in records],
             "answer": [read(text) for text, _, _ in answers]}

@@ -9,9 +9,11 @@ child alone); records go to the already-open fd ``result_fd``, one JSON object p
 Before any payload code runs, the runner applies the payload's rlimits, forbids new privileges, installs a
 seccomp filter, drops to the run's private uid and points stdin/stdout/stderr at ``/dev/null``. The filter refuses
 (EPERM) the kernel keyring calls (the one store that outlives every process of a uid: without it, one program
-could leave its code there for the next program of the same worker) and the memory that lies outside the address
+could leave its code there for the next program of the same worker), the memory that lies outside the address
 space limit: ``memfd_create``, ``memfd_secret``, SysV ``shmget`` and ``msgget`` (a file or segment written without
-staying mapped, pinned in the kernel however little address space the program has).
+staying mapped, pinned in the kernel however little address space the program has), and new user namespaces
+(``unshare`` or ``clone`` with ``CLONE_NEWUSER``; ``clone3`` answers ENOSYS): kernel surface a program has no use
+for.
 
 Modes:
 
@@ -38,6 +40,11 @@ if "encode_output" not in globals():  # imported as a module (tests, linters); i
 # memfd_create, memfd_secret; shmget, msgget.
 _DENIED_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250, 319, 447, 29, 68)),
                     "aarch64": (0xC00000B7, (217, 218, 219, 279, 447, 194, 186))}
+# ... and the calls that make a new user namespace, refused by their flags: unshare, clone (flags: the first
+# argument on both), and clone3 (its flags sit in memory a filter cannot read: ENOSYS, on which the C library
+# falls back to clone for threads and processes).
+_NAMESPACE_SYSCALLS = {"x86_64": (272, 56, 435), "aarch64": (97, 220, 435)}
+_CLONE_NEWUSER = 0x10000000
 
 
 _FILTER = []  # (libc, the compiled filter or None), built once per process (the fork server builds it at start)
@@ -62,6 +69,11 @@ def denied_filter():
             prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, eperm)]
         for nr in numbers:
             prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+        unshare_nr, clone_nr, clone3_nr = _NAMESPACE_SYSCALLS[os.uname().machine]
+        jset, enosys = 0x45, 0x00050026  # BPF_JMP|JSET|K; SECCOMP_RET_ERRNO|ENOSYS
+        prog += [(jeq, 0, 1, clone3_nr), (ret, 0, 0, enosys),
+                 (jeq, 1, 0, unshare_nr), (jeq, 0, 3, clone_nr),
+                 (ld, 0, 0, 16), (jset, 0, 1, _CLONE_NEWUSER), (ret, 0, 0, eperm)]  # args[0], low 32 bits
         prog.append((ret, 0, 0, allow))
 
         class Filter(ctypes.Structure):
@@ -78,8 +90,8 @@ def denied_filter():
 
 
 def deny_syscalls():  # pragma: no cover - runs in the sandbox (tests/sandbox/test_payload_isolation.py)
-    """Forbid new privileges and make the denied calls (keyrings, memfd, SysV shared memory and message queues)
-    fail with EPERM in this process and its children.
+    """Forbid new privileges and make the denied calls (keyrings, memfd, SysV shared memory and message queues, new
+    user namespaces) fail with EPERM in this process and its children.
 
     Returns False on a machine whose syscall numbers are not in the table (only "no new privileges" is set)."""
     import ctypes
