@@ -116,3 +116,13 @@ def test_restricted_head_keeps_the_training_responses_tokens(tmp_path, tiny_lm_d
 def test_answers_match_the_final_line(text, gold, right):
     assert answers_match("math", text, gold) is right
     assert answers_match("code", text, gold) is None
+
+
+def test_the_summary_line_says_the_validation_and_the_best_model():
+    from elfreg.train.cli import validation_line
+
+    v = {"step": 1100, "val_acc": 0.62, "val_loss": 1.234, "val_rows": 100, "skipped_rows": 0,
+         "best": {"step": 825, "val_acc": 0.64, "model": "runs/mine/best"}}
+    assert validation_line(v) == ("validation at step 1100: accuracy 62.0% of 100 held-out rows, loss 1.234; "
+                                  "best 64.0% at step 825: runs/mine/best")
+    assert "accuracy -" in validation_line({**v, "val_acc": None, "best": None})

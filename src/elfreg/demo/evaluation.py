@@ -4,7 +4,6 @@ curve a training run measures on its EMA weights as it goes."""
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import statistics
 import threading
@@ -24,6 +23,7 @@ from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.encoded import FP32, EncodedRows, sample_texts_nfe  # noqa: F401 (the demo's names)
 from elfreg.train.metrics import read_metrics
 from elfreg.train.trainer import Trainer
+from elfreg.train.validation import ema_model
 
 log = logging.getLogger(__name__)
 
@@ -155,10 +155,7 @@ class AccuracyCurve:
     def measure(self, step: int) -> None:
         """Measure and record a point now (``step`` names it); the caller holds ``lock`` where runs share it."""
         ev = self.cfg.eval
-        model = copy.deepcopy(self.trainer.elf)
-        model.student.load_state_dict(self.trainer.ema.shadow, strict=False)  # non-persistent buffers stay
-        model.student.eval()
-        model.attach_backbones(self.trainer.backbones)
+        model = ema_model(self.trainer.elf, self.trainer.ema.shadow, self.trainer.backbones)
         if self.encoded is None:  # the standardisation is fixed before the first step
             self.encoded = encode_test(model, self.rows)[:2]
         x, mask = self.encoded

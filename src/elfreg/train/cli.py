@@ -81,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
               f"{sm['overflow_skipped']:,} of {sm['overflow_rows_read']:,} rows read; checkpoint "
               f"{res.last_checkpoint}, EMA model {res.model_dir}; summary {res.output / 'summary.json'}")
         print(closing_line(res.output, time.perf_counter() - t0))
+        if "validation" in sm:
+            print(validation_line(sm["validation"]))
     return 0
 
 
@@ -94,6 +96,18 @@ def closing_line(output: Path, seconds: float) -> str:
     loss = (f"final loss {records[-1]['loss']:.4g} (step {records[-1]['step']}, first logged "
             f"{records[0]['loss']:.4g} at step {records[0]['step']})" if records else "no loss logged")
     return f"{loss}; {seconds:.0f} s; learning curve {png if png else '- (nothing logged)'}"
+
+
+def validation_line(v: dict) -> str:
+    """The summary's validation (data.validation): the last point, and the best model when train.keep_best kept
+    one."""
+    acc = "accuracy -" if v.get("val_acc") is None else f"accuracy {v['val_acc']:.1%}"
+    skipped = f" ({v['skipped_rows']} over the canvas left out)" if v.get("skipped_rows") else ""
+    line = f"validation at step {v['step']}: {acc} of {v['val_rows']} held-out rows{skipped}, loss {v['val_loss']:.4g}"
+    best = v.get("best")
+    if best:
+        line += f"; best {best['val_acc']:.1%} at step {best['step']}: {best['model']}"
+    return line
 
 
 def register(subparsers) -> None:
