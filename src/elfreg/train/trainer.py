@@ -446,7 +446,6 @@ class Trainer(Checkpointing):
         self._plot()
         return TrainResult(step, self.output, model_dir, last_ckpt, history, summary)
 
-
     def _plot(self) -> None:
         """learning_curve.png from metrics.jsonl (main rank): at every checkpoint and at the end."""
         if self.info.is_main:
