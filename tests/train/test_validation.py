@@ -126,3 +126,14 @@ def test_the_summary_line_says_the_validation_and_the_best_model():
     assert validation_line(v) == ("validation at step 1100: accuracy 62.0% of 100 held-out rows, loss 1.234; "
                                   "best 64.0% at step 825: runs/mine/best")
     assert "accuracy -" in validation_line({**v, "val_acc": None, "best": None})
+
+
+def test_a_held_out_response_the_restricted_head_cannot_write_is_scored_without_a_loss(tmp_path, tiny_lm_dir,
+                                                                                      sums_jsonl):
+    held = tmp_path / "held.jsonl"
+    rows = sum_rows(seed=1)[:3] + [{"prompt": "what is 2 times 3 ?", "response": "2 times 3 is 6", "answer": "6"}]
+    held.write_text("".join(json.dumps(r) + "\n" for r in rows))   # "times": in no training response
+    res = train(cfg(tiny_lm_dir, sums_jsonl, **{"train.head_vocab": "responses", "data.validation": held,
+                                               "train.validate_nfe": 2, "train.steps": 3}), tmp_path / "run")
+    v = res.summary["validation"]
+    assert (v["val_rows"], v["val_loss_rows"]) == (4, 3) and v["val_loss"] > 0

@@ -103,7 +103,10 @@ def validation_line(v: dict) -> str:
     one."""
     acc = "accuracy -" if v.get("val_acc") is None else f"accuracy {v['val_acc']:.1%}"
     skipped = f" ({v['skipped_rows']} over the canvas left out)" if v.get("skipped_rows") else ""
-    line = f"validation at step {v['step']}: {acc} of {v['val_rows']} held-out rows{skipped}, loss {v['val_loss']:.4g}"
+    loss = "-" if v.get("val_loss") is None else f"{v['val_loss']:.4g}"
+    if v.get("val_loss") is not None and v.get("val_loss_rows", v["val_rows"]) < v["val_rows"]:
+        loss += f" (on the {v['val_loss_rows']} rows whose responses the head can write)"
+    line = f"validation at step {v['step']}: {acc} of {v['val_rows']} held-out rows{skipped}, loss {loss}"
     best = v.get("best")
     if best:
         line += f"; best {best['val_acc']:.1%} at step {best['step']}: {best['model']}"

@@ -45,7 +45,7 @@ class MetricsLog:
         if self.bar is not None:
             if "val_loss" in values:   # the last validation stays on the line until the next
                 acc = values.get("val_acc")
-                self.shown = {"val_acc": "-" if acc is None else f"{acc:.1%}", "val_loss": f"{values['val_loss']:.4f}"}
+                self.shown = {"val_acc": "-" if acc is None else f"{acc:.1%}", "val_loss": "-" if values["val_loss"] is None else f"{values['val_loss']:.4f}"}
             self.bar.set_postfix(loss=f"{values.get('loss', float('nan')):.4f}", **self.shown)
         if self.tb is not None:
             for k, v in values.items():
@@ -124,7 +124,7 @@ def plot_learning_curve(output: str | Path, name: str = "learning_curve.png") ->
             ax_val.set_ylim(0, 1)
             ax_val.set_ylabel("accuracy")
         ax_vl = ax_val.twinx()
-        ax_vl.plot(vsteps, [r["val_loss"] for r in val], marker=marker, ms=3, color="C3", label="loss")
+        ax_vl.plot(vsteps, [float("nan") if r["val_loss"] is None else r["val_loss"] for r in val], marker=marker, ms=3, color="C3", label="loss")
         ax_vl.set_ylabel("loss")
         ax_val.set_title(f"validation ({val[-1].get('val_rows', '?')} held-out rows)")
         lines = ax_val.get_lines() + ax_vl.get_lines()

@@ -78,8 +78,13 @@ class Validation:
             raise ValueError(f"data.validation: none of its {len(rows)} rows fits the canvas (model.max_len "
                              f"{cfg.model.max_len}, model.max_prompt_len {cfg.model.max_prompt_len})")
         self.skipped = stats.skipped
-        self.raw = [raw_features(backbones, collate(canvases[i:i + BATCH]), need_teacher)
-                    for i in range(0, len(canvases), BATCH)]
+        # the loss reads the response tokens through the head: under a restricted head (train.head_vocab) a row
+        # whose response has a token the head lacks has no loss (its accuracy is still scored)
+        kept = cfg.model.head_token_ids
+        scored = [c for c in canvases if kept is None or set(response_ids(c)) <= set(kept)]
+        self.loss_rows = len(scored)
+        self.raw = [raw_features(backbones, collate(scored[i:i + BATCH]), need_teacher)
+                    for i in range(0, len(scored), BATCH)]
         self.encoded: tuple[torch.Tensor, torch.Tensor] | None = None  # the prompts, once the statistics are fixed
         self.best = {"step": 0, "val_acc": -1.0}
 
@@ -103,7 +108,8 @@ class Validation:
         """``val_acc`` (None for code), ``val_loss`` and ``val_rows`` of the EMA weights at ``step``; keeps the
         best model (train.keep_best)."""
         model = ema_model(elf, ema_state, self.backbones)
-        out = {"val_loss": self.loss(model), "val_rows": len(self)}
+        out = {"val_loss": self.loss(model), "val_rows": len(self),
+               "val_loss_rows": self.loss_rows}
         acc = self.accuracy(model)
         out["val_acc"] = acc
         if acc is not None and self.cfg.train.keep_best and acc > self.best["val_acc"]:
@@ -111,8 +117,8 @@ class Validation:
             keep_best(self.output, model, ema_state, self.best)
         return out
 
-    def loss(self, model: ElfModel) -> float:
-        """The objective on the validation canvases (fixed draws), a mean over rows."""
+    def loss(self, model: ElfModel) -> float | None:
+        """The objective on the validation canvases (fixed draws), a mean over rows; None when no row has a loss."""
         from elfreg.objective import draw, elf_reg_loss
         from elfreg.train.features import standardize_batch
         from elfreg.train.rng import example_generators
@@ -130,7 +136,7 @@ class Validation:
                 out = elf_reg_loss(model.student, batch, draws, cfg.objective)
                 total += float(out.loss) * rows
                 n += rows
-        return total / n
+        return total / n if n else None
 
     def accuracy(self, model: ElfModel) -> float | None:
         """The share of rows whose sampled answer is right (None for code)."""
@@ -144,6 +150,11 @@ class Validation:
                              sigma=model.config.objective.sigma, seed=0, extract="final-line")
         texts = sample_texts_nfe(model, x, mask, scfg, BATCH)[0]
         return sum(bool(answers_match(task, t, g)) for t, g in zip(texts, self.golds, strict=True)) / len(texts)
+
+
+def response_ids(canvas) -> list[int]:
+    """The token ids of a canvas's response positions (EOS padding included)."""
+    return canvas.input_ids[canvas.prompt_len:].tolist()
 
 
 def raw_features(backbones, batch, need_teacher: bool):
