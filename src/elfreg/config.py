@@ -54,7 +54,8 @@ class ModelConfig:
     repa: bool = True  # build the REPA projector p_phi
     repa_block: int = 4  # student state after this block (1-based) is aligned (B: 4, L: 8)
     repa_hidden: int = 2048
-    head_token_ids: list[int] | None = None  # restrict the vocab head to these tokenizer ids (demo option)
+    # restrict the vocab head to these tokenizer ids (filled by train.head_vocab: responses, and by the demo)
+    head_token_ids: list[int] | None = None
 
     def __post_init__(self) -> None:
         check_ranges(self, MODEL_RANGES, "model.")

@@ -416,7 +416,7 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
     den_resp, dec_resp = resp & den[:, None], resp & dec[:, None]
     ce = None
     if out.logits is not None:
-        ce = token_cross_entropy(out.logits, student.token_to_head_ids(batch.tokens[dec]))
+        ce = token_cross_entropy(out.logits, student.token_to_head_ids(batch.tokens[dec], where=resp[dec]))
     loss_elf, l2_sum, ce_sum = elf_loss(velocity_regression(out.x_hat, x_target, inp.t, floor), den_resp,
                                         ce, resp[dec], resp.sum() if counts is None else counts["elf"].to(dev))
     terms = {

@@ -82,3 +82,17 @@ def test_bad_arguments(tmp_path):
         ExampleStream(specs, rank=2, world_size=2)
     with pytest.raises(ValueError, match="unique"):
         ExampleStream([specs[0], specs[0]])
+
+
+def test_holdout_splits_the_rows_in_two_whatever_the_order(tmp_path):
+    specs = _sources(tmp_path, sizes=(200, 100))
+    every = set(_prompts(ExampleStream(specs, seed=0, shuffle_buffer=1, epochs=1)))
+    train = _prompts(ExampleStream(specs, seed=0, shuffle_buffer=1, epochs=1, holdout=(0.2, "train")))
+    held = _prompts(ExampleStream(specs, seed=0, shuffle_buffer=1, epochs=1, holdout=(0.2, "validation")))
+    assert set(train) | set(held) == every and not set(train) & set(held)
+    assert 30 <= len(held) <= 90   # about 20 % of 300
+    # another seed and buffer hold out the same rows (the split is by row, not by place)
+    again = _prompts(ExampleStream(specs, seed=5, shuffle_buffer=64, epochs=1, holdout=(0.2, "validation")))
+    assert set(again) == set(held)
+    with pytest.raises(ValueError, match="holdout"):
+        ExampleStream(specs, holdout=(1.5, "train"))

@@ -42,7 +42,8 @@ def demo_model(tmp_path_factory):
                                             need_teacher=True, progress=False)
     dims = dict(feature_dim=backbones.feature_dim, reg_dim=backbones.teacher_dim, teacher_dim=backbones.teacher_dim,
                 vocab_size=len(backbones.tokenizer))
-    rcfg = run_config(cfg, "ELF", bcfg, head_token_ids(backbones.tokenizer, train_rows + test_rows), dims, False)
+    head = head_token_ids(backbones.tokenizer, train_rows + test_rows, "math", ("prompt", "response"))
+    rcfg = run_config(cfg, "ELF", bcfg, head, dims, False)
     model_dir = Trainer(rcfg, root / "ELF", backbones=backbones, dataset=features).run().model_dir
     rows = [{"id": f"arith/{i}", "question": r["prompt"], "answer": r["answer"]} for i, r in enumerate(test_rows)]
     return model_dir, rows, root

@@ -108,3 +108,19 @@ def test_tiny_smoke_trains_two_steps_on_smollm2(tmp_path, capsys):
     Newton-Schulz on the 576 x 49,152 head in bf16 once hung a CPU without native bf16 for minutes per step
     (tests/train/test_optim.py checks the rules that keep it off the head and in fp32 there)."""
     _smoke_two_steps(tmp_path, capsys)
+
+
+def test_the_small_cpu_recipe_is_sized_by_the_dry_run(tmp_path, capsys):
+    """configs/small-cpu.yaml, the walk-through's recipe: its dry run names the canvas the rows need, then plans the
+    run with the restricted head's config and the validation file."""
+    _smollm2()
+    data = SOURCE.format(_gsm8k_style_jsonl(tmp_path / "mydata.jsonl"))
+    held = _gsm8k_style_jsonl(tmp_path / "held.jsonl")
+    recipe = str(REPO / "configs/small-cpu.yaml")
+    code = _run(["--config", recipe, "--dry-run", data, "model.max_prompt_len=4", "model.max_len=8"])
+    need = re.search(r"model.max_prompt_len=(\d+) model.max_len=(\d+)", capsys.readouterr().err)
+    assert code == 2 and need is not None
+    assert _run(["--config", recipe, "--dry-run", data, f"data.validation={held}", f"model.max_prompt_len={need[1]}",
+                 f"model.max_len={need[2]}"]) == 0
+    out = capsys.readouterr().out
+    assert "rows that fit (one epoch)" in out and "optimiser steps" in out

@@ -17,7 +17,7 @@ def test_presets_exist():
         for m in ("elf-b", "elf-reg-b", "elf-l", "elf-reg-l"):
             assert f"{task}/{m}.yaml" in names
     assert {"mmlu/elf-b.yaml", "mmlu/elf-reg-b.yaml"} <= names  # the paper's MMLU student is B only (Table 21)
-    assert "tiny-smoke.yaml" in names and len([n for n in names if n.startswith("ablations/")]) == 9
+    assert {"tiny-smoke.yaml", "small-cpu.yaml"} <= names and len([n for n in names if n.startswith("ablations/")]) == 9
 
 
 @pytest.mark.parametrize("path", YAMLS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -86,3 +86,24 @@ def test_bad_values_name_the_field(tmp_path):
     with pytest.raises(ConfigError, match="bad.yaml:"):
         load_run_config(bad)
     assert load_run_config(ROOT / "tiny-smoke.yaml", ["train.lr=1e-3"]).train.lr == 1e-3
+
+
+def test_small_cpu_is_the_demos_recipe():
+    """configs/small-cpu.yaml carries the demo's student, backbone layers and training settings (one recipe: a
+    change to the demo's that is not made here fails), with cached features and the restricted head."""
+    from dataclasses import asdict
+
+    from elfreg.demo.config import DemoBackbones, DemoStudent, DemoTrain
+    from elfreg.demo.runs import DEMO_ONLY
+
+    cfg = load_run_config(ROOT / "small-cpu.yaml")
+    s, b, t = DemoStudent(), DemoBackbones(), DemoTrain()
+    for key in ("width", "depth", "heads", "repa_block", "repa_hidden", "bottleneck_dim"):
+        assert getattr(cfg.model, key) == getattr(s, key), key
+    for key in ("encoder_layer", "teacher_repa_layer", "teacher_reg_layer", "dtype"):
+        assert getattr(cfg.backbones, key) == getattr(b, key), key
+    for key, value in asdict(t).items():
+        if key not in DEMO_ONLY + ("seeds", "log_every", "save_every"):
+            assert getattr(cfg.train, key) == value, key
+    assert cfg.model.extra_token == "reg" and cfg.objective.use_reg and cfg.objective.use_repa
+    assert cfg.data.features == "cached" and cfg.train.head_vocab == "responses"

@@ -9,6 +9,8 @@ continues with exactly the examples the original would have produced.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import random
 from typing import Any, Iterator, Sequence
 
@@ -16,13 +18,24 @@ from elfreg.data.readers import ReadStats, iter_source
 from elfreg.data.sources import SourceSpec
 
 _STATE_VERSION = 1
+HOLDOUT_SIDES = ("train", "validation")
+
+
+def held_out(example: dict[str, Any], fraction: float) -> bool:
+    """Whether a row falls in a held-out ``fraction`` of the data: by a hash of its prompt and response, so the split
+    is the same whatever the order, seed, shuffle buffer or rank, and a row and its duplicates fall on one side."""
+    key = json.dumps([example.get("prompt"), example.get("response")], ensure_ascii=False).encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") < fraction * 2 ** 64
 
 
 class ExampleStream:
     """Iterator of example dicts {"prompt", "response", "answer", "id", "source"}; see module doc."""
 
     def __init__(self, sources: Sequence[SourceSpec], seed: int = 0, shuffle_buffer: int = 10_000,
-                 epochs: int | None = 1, rank: int = 0, world_size: int = 1) -> None:
+                 epochs: int | None = 1, rank: int = 0, world_size: int = 1,
+                 holdout: tuple[float, str] | None = None) -> None:
+        """``holdout`` (fraction, side): keep only the rows outside (``"train"``) or inside (``"validation"``) the
+        held-out fraction (``held_out``)."""
         if not sources:
             raise ValueError("ExampleStream: `sources` is empty")
         if shuffle_buffer < 1:
@@ -34,6 +47,10 @@ class ExampleStream:
         names = [s.name for s in sources]
         if len(set(names)) != len(names):
             raise ValueError(f"ExampleStream: source names must be unique, got {names}")
+        if holdout is not None and (not 0 < holdout[0] < 1 or holdout[1] not in HOLDOUT_SIDES):
+            raise ValueError(f"ExampleStream.holdout must be (fraction in (0, 1), one of {HOLDOUT_SIDES}), "
+                             f"got {holdout}")
+        self.holdout = holdout
         self.sources = list(sources)
         self.seed, self.shuffle_buffer, self.epochs = seed, shuffle_buffer, epochs
         self.rank, self.world_size = rank, world_size
@@ -89,11 +106,16 @@ class ExampleStream:
                 self._reader = iter_source(spec, self._raw_pos, self.stats[spec.name])
             for index, example in self._reader:
                 self._raw_pos = index + 1
-                if example is not None:
+                if example is not None and self._keeps(example):
                     self._buffer.append(example)
                     return True
             self._source_pos, self._raw_pos, self._reader = self._source_pos + 1, 0, None
         return False
+
+    def _keeps(self, example: dict[str, Any]) -> bool:
+        if self.holdout is None:
+            return True
+        return held_out(example, self.holdout[0]) == (self.holdout[1] == "validation")
 
     def __iter__(self) -> ExampleStream:
         return self

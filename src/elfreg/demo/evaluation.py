@@ -4,7 +4,6 @@ curve a training run measures on its EMA weights as it goes."""
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import statistics
 import threading
@@ -20,54 +19,19 @@ from elfreg.demo.config import DemoConfig
 from elfreg.demo.prepare import task_module
 from elfreg.pretrained import ElfModel
 from elfreg.jsontext import dumps
-from elfreg.precision import Precision
 from elfreg.sampling.config import SamplerConfig
-from elfreg.sampling.pipeline import EncodedPrompts, GenerationPipeline
+from elfreg.sampling.encoded import FP32, EncodedRows, sample_texts_nfe  # noqa: F401 (the demo's names)
 from elfreg.train.metrics import read_metrics
 from elfreg.train.trainer import Trainer
+from elfreg.train.validation import ema_model
 
 log = logging.getLogger(__name__)
-FP32 = Precision("fp32", "fp32")  # the demo samples in fp32, whatever its training precision
 
 
 def sample_texts(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: SamplerConfig,
                  batch_size: int) -> tuple[list[str], list[float]]:
     """Response texts and exit times of every encoded prompt (row i uses noise key (i, 0)); checks the NFE spent."""
     return sample_texts_nfe(model, x, mask, scfg, batch_size)[:2]
-
-
-class EncodedRows:
-    """Prompt features encoded beforehand (``encode_test``), as the generation pipeline's prompt encoder: a batch's
-    "prompts" are the labels ``str(i)`` of rows ``i``, which it takes from them, so every cell samples from the same
-    features and nothing is encoded again. No prompt to check either: the demo's fit its canvas by construction."""
-
-    def __init__(self, x: torch.Tensor, mask: torch.Tensor) -> None:
-        self.x, self.mask = x, mask
-
-    def labels(self) -> list[str]:
-        """The prompt of each row, in order: what the pipeline generates from."""
-        return [str(i) for i in range(self.x.shape[0])]
-
-    def encode_prompts(self, labels: list[str]) -> EncodedPrompts:
-        """The rows the labels name, in their order (no prompt token ids: the pipeline reads none)."""
-        rows = torch.tensor([int(label) for label in labels], dtype=torch.long)
-        return EncodedPrompts(self.x.index_select(0, rows), self.mask.index_select(0, rows), [[] for _ in labels])
-
-
-def sample_texts_nfe(model: ElfModel, x: torch.Tensor, mask: torch.Tensor, scfg: SamplerConfig,
-                     batch_size: int) -> tuple[list[str], list[float], list[int], list[bool | None]]:
-    """``sample_texts`` plus the NFE each row spent and whether its answer settled (adaptive exit, else None); the
-    adaptive exit rule watches the task's final answer. Through the generation pipeline, in fp32 without the batch
-    invariance scheme (the demo's numbers are those of its batches)."""
-    encoded = EncodedRows(x, mask)
-    pipe = GenerationPipeline(model.student, encoded, model.tokenizer, scfg, batch_size=min(batch_size, x.shape[0]),
-                              batch_invariant=False, precision=FP32)
-    records = list(pipe.generate(encoded.labels(), samples=1))
-    spent = [r["nfe_spent"] for r in records]
-    if scfg.sampler != "adaptive" and spent != [scfg.nfe] * len(records):
-        raise RuntimeError(f"sampler spent {spent} NFE, expected {scfg.nfe}")
-    return ([r["response"] for r in records], [r["exit_time"] for r in records], spent,
-            [r.get("settled") for r in records])
 
 
 def per_problem(texts: list[str], problems: list, task: ModuleType) -> tuple[list[int], list[int]]:
@@ -191,10 +155,7 @@ class AccuracyCurve:
     def measure(self, step: int) -> None:
         """Measure and record a point now (``step`` names it); the caller holds ``lock`` where runs share it."""
         ev = self.cfg.eval
-        model = copy.deepcopy(self.trainer.elf)
-        model.student.load_state_dict(self.trainer.ema.shadow, strict=False)  # non-persistent buffers stay
-        model.student.eval()
-        model.attach_backbones(self.trainer.backbones)
+        model = ema_model(self.trainer.elf, self.trainer.ema.shadow, self.trainer.backbones)
         if self.encoded is None:  # the standardisation is fixed before the first step
             self.encoded = encode_test(model, self.rows)[:2]
         x, mask = self.encoded

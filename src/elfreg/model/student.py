@@ -126,13 +126,17 @@ class ElfStudent(nn.Module):
         """Map vocab-head indices to tokenizer ids (identity unless the head is restricted)."""
         return self.head_ids[idx] if self.config.head_token_ids is not None else idx
 
-    def token_to_head_ids(self, tokens: Tensor) -> Tensor:
-        """Map tokenizer ids to head indices; ids outside a restricted head raise ValueError."""
+    def token_to_head_ids(self, tokens: Tensor, where: Tensor | None = None) -> Tensor:
+        """Map tokenizer ids to head indices; ids outside a restricted head raise ValueError. ``where`` (a mask of
+        ``tokens``' shape): only those positions are mapped, the others become index 0 (a restricted head's loss
+        reads the response positions only, and a prompt may hold any token)."""
         if self.config.head_token_ids is None:
             return tokens
         lut = torch.full((self.config.vocab_size,), -1, dtype=torch.long, device=tokens.device)
         lut[self.head_ids.to(tokens.device)] = torch.arange(len(self.config.head_token_ids), device=tokens.device)
         out = lut[tokens]
+        if where is not None:
+            out = torch.where(where, out, torch.zeros_like(out))
         if (out < 0).any():
             bad = sorted(set(tokens[out < 0].tolist()))[:10]
             raise ValueError(f"token ids {bad} are not in model.head_token_ids")

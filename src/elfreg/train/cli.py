@@ -83,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
               f"{sm['overflow_skipped']:,} of {sm['overflow_rows_read']:,} rows read; checkpoint "
               f"{res.last_checkpoint}, EMA model {res.model_dir}; summary {res.output / 'summary.json'}")
         print(closing_line(res.output, time.perf_counter() - t0, [h["loss"] for h in res.history]))
+        if "validation" in sm:
+            print(validation_line(sm["validation"]))
     return 0
 
 
@@ -100,6 +102,21 @@ def closing_line(output: Path, seconds: float, losses: list[float] = ()) -> str:
             f"{records[0]['loss']:.4g} at step {records[0]['step']})" if records and value is not None
             else "no loss logged")
     return f"{loss}; {seconds:.0f} s; learning curve {png if png else '- (nothing logged)'}"
+
+
+def validation_line(v: dict) -> str:
+    """The summary's validation (data.validation): the last point, and the best model when train.keep_best kept
+    one."""
+    acc = "accuracy -" if v.get("val_acc") is None else f"accuracy {v['val_acc']:.1%}"
+    skipped = f" ({v['skipped_rows']} over the canvas left out)" if v.get("skipped_rows") else ""
+    loss = "-" if v.get("val_loss") is None else f"{v['val_loss']:.4g}"
+    if v.get("val_loss") is not None and v.get("val_loss_rows", v["val_rows"]) < v["val_rows"]:
+        loss += f" (on the {v['val_loss_rows']} rows whose responses the head can write)"
+    line = f"validation at step {v['step']}: {acc} of {v['val_rows']} held-out rows{skipped}, loss {loss}"
+    best = v.get("best")
+    if best:
+        line += f"; best {best['val_acc']:.1%} at step {best['step']}: {best['model']}"
+    return line
 
 
 def register(subparsers) -> None:

@@ -27,6 +27,8 @@ TRAIN_RANGES = {
     "ema_decay": BETA, "muon_momentum": BETA, "muon_lr": Range(0, 10, lo_open=True), "adam_beta1": BETA,
     "adam_beta2": BETA, "adam_eps": Range(0, 1, lo_open=True), "weight_decay": Range(0, 10), "log_every": COUNT,
     "save_every": COUNT, "keep_last": COUNT, "stats_canvases": ROWS,
+    "validate_every": Range(0, None, integer=True, why="0: at every checkpoint"),
+    "validate_nfe": Range(2, 2 ** 16, integer=True),
 }
 from elfreg.data import CanvasConfig, SourceSpec
 
@@ -100,6 +102,14 @@ class TrainConfig:
     # (seeds/002:192) read as one run whose data changes: online weights and optimiser state continue.
     init_weights: Literal["online", "ema"] = "online"
     init_optimizer: Literal["continue", "fresh"] = "continue"
+    # "responses": the vocab head keeps only the token ids of the training rows' templated responses and EOS
+    # (elfreg.data.vocab; saved with the model as model.head_token_ids): a small student on a short-answer task
+    # learns in far fewer steps (configs/small-cpu.yaml, as the demo's head); decoding never writes another token
+    head_vocab: Literal["full", "responses"] = "full"
+    # validation (data.validation): scored every this many steps and at the last one; 0: at every checkpoint
+    validate_every: int = 0
+    validate_nfe: int = 16  # the early-stop sampler's NFE for the validation accuracy
+    keep_best: bool = False  # keep the checkpoint of the best validation accuracy as <output>/best (never pruned)
     tensorboard: bool = False
     wandb_project: str | None = None
     progress: bool = True
@@ -119,6 +129,9 @@ class TrainConfig:
                                                             f"{self.epochs:g}")
         check(self.stats_positions in ("response", "unpadded"), "train.stats_positions",
               f"unknown {self.stats_positions!r}; choose 'unpadded' or 'response'")
+        check(self.head_vocab in ("full", "responses"), "train.head_vocab",
+              f"unknown {self.head_vocab!r}; choose 'full' or 'responses'")
+        check(self.validate_nfe >= 2, "train.validate_nfe", f"must be >= 2, got {self.validate_nfe}")
         check(self.lr_schedule in ("constant", "cosine", "linear"), "train.lr_schedule",
               f"unknown {self.lr_schedule!r}; choose constant, cosine or linear")
         check(self.muon_params in ("all", "hidden"), "train.muon_params", f"unknown {self.muon_params!r}")
@@ -146,9 +159,17 @@ class DataConfig:
     on_bad_row: Literal["error", "skip"] = "error"
     features: Literal["online", "cached"] = "online"  # cached: extract once to cache_dir, reuse (finite data only)
     cache_dir: str | None = None  # cached mode; default <output>/feature-cache
+    # held-out rows scored while training (train.validate_every): a fraction in (0, 0.5] of the sources' rows (chosen
+    # by a hash of each row, left out of training), or a file read as the first source (its format and columns)
+    validation: float | str | None = None
 
     def __post_init__(self) -> None:
         check(self.task in ("math", "code", "choice"), "data.task", f"unknown {self.task!r}")
+        if isinstance(self.validation, float):
+            check(0 < self.validation <= 0.5, "data.validation",
+                  f"a held-out fraction must lie in (0, 0.5], got {self.validation}")
+        elif isinstance(self.validation, str):
+            check(bool(self.validation.strip()), "data.validation", "give a file path or a fraction")
         check_ranges(self, {"shuffle_buffer": ROWS, "epochs": COUNT}, "data.")
         check(self.features in ("online", "cached"), "data.features", f"unknown {self.features!r}")
         check(self.on_bad_row in ("error", "skip"), "data.on_bad_row", f"unknown {self.on_bad_row!r}")

@@ -19,6 +19,7 @@ class MetricsLog:
         self.path = Path(output) / "metrics.jsonl"
         self.enabled = enabled
         self.bar = self.tb = self.wandb = None
+        self.shown: dict[str, str] = {}
         if not enabled:
             return
         if self.path.is_file():  # resumed: drop lines from steps after the checkpoint (and a torn last line)
@@ -42,7 +43,10 @@ class MetricsLog:
             return
         append_line(self.path, dumps(finite_or_null({"step": step, **values})))  # a log line: null, not NaN
         if self.bar is not None:
-            self.bar.set_postfix(loss=f"{values.get('loss', float('nan')):.4f}")
+            if "val_loss" in values:   # the last validation stays on the line until the next
+                acc = values.get("val_acc")
+                self.shown = {"val_acc": "-" if acc is None else f"{acc:.1%}", "val_loss": "-" if values["val_loss"] is None else f"{values['val_loss']:.4f}"}
+            self.bar.set_postfix(loss=f"{values.get('loss', float('nan')):.4f}", **self.shown)
         if self.tb is not None:
             for k, v in values.items():
                 if isinstance(v, (int, float)):
@@ -84,8 +88,8 @@ CURVE_TERMS = (("loss", "total loss"), ("loss_elf", "L_ELF"), ("loss_repa", "L_R
 
 
 def plot_learning_curve(output: str | Path, name: str = "learning_curve.png") -> Path | None:
-    """``<output>/<name>``: the logged loss and its terms (log scale) and the learning rate against the step, from
-    the run's metrics.jsonl; None when nothing was logged."""
+    """``<output>/<name>``: the logged loss and its terms (log scale), the learning rate and, with data.validation,
+    the validation accuracy and loss against the step, from the run's metrics.jsonl; None when nothing was logged."""
     records = read_metrics(Path(output) / "metrics.jsonl")
     if not records:
         return None
@@ -97,7 +101,9 @@ def plot_learning_curve(output: str | Path, name: str = "learning_curve.png") ->
     from elfreg.atomic import atomic_write
 
     steps = [r["step"] for r in records]
-    fig, (ax_loss, ax_lr) = plt.subplots(1, 2, figsize=(10, 3.4))
+    val = [r for r in records if "val_loss" in r]
+    fig, axes = plt.subplots(1, 3 if val else 2, figsize=(15 if val else 10, 3.4))
+    ax_loss, ax_lr = axes[0], axes[1]
     for key, label in CURVE_TERMS:
         values = [r.get(key) for r in records]
         if any(isinstance(v, (int, float)) and v > 0 for v in values):
@@ -108,7 +114,22 @@ def plot_learning_curve(output: str | Path, name: str = "learning_curve.png") ->
     ax_loss.legend()
     ax_lr.plot(steps, [r.get("lr", float("nan")) for r in records], color="C4")
     ax_lr.set_title("learning rate")
-    for ax in (ax_loss, ax_lr):
+    if val:
+        ax_val = axes[2]
+        vsteps = [r["step"] for r in val]
+        marker = "o" if len(val) < 30 else None
+        if any(r.get("val_acc") is not None for r in val):
+            ax_val.plot(vsteps, [r["val_acc"] if r.get("val_acc") is not None else float("nan") for r in val],
+                        marker=marker, ms=3, color="C2", label="accuracy")
+            ax_val.set_ylim(0, 1)
+            ax_val.set_ylabel("accuracy")
+        ax_vl = ax_val.twinx()
+        ax_vl.plot(vsteps, [float("nan") if r["val_loss"] is None else r["val_loss"] for r in val], marker=marker, ms=3, color="C3", label="loss")
+        ax_vl.set_ylabel("loss")
+        ax_val.set_title(f"validation ({val[-1].get('val_rows', '?')} held-out rows)")
+        lines = ax_val.get_lines() + ax_vl.get_lines()
+        ax_val.legend(lines, [ln.get_label() for ln in lines], loc="center right")
+    for ax in axes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -11,9 +11,8 @@ from elfreg.train.plan import TrainPlan, count_lengths, make_plan
 
 
 def run_stream(cfg: RunConfig, rank: int = 0, world: int = 1, epochs: int | None | str = "cfg"):
-    """The run's ExampleStream (``{shared}`` in a path is $ELFREG_SHARED, else ../shared)."""
-    import os
-
+    """The run's ExampleStream (``{shared}`` in a path is $ELFREG_SHARED, else ../shared), without the rows a
+    held-out data.validation fraction takes."""
     from elfreg.data import ExampleStream
 
     d = cfg.data
@@ -21,8 +20,73 @@ def run_stream(cfg: RunConfig, rank: int = 0, world: int = 1, epochs: int | None
         raise ValueError("data.sources is empty: name at least one source, e.g. \"data.sources=[{name: mine, task: "
                          "math, path: mydata.jsonl, format: jsonl, columns: {prompt: question, response: answer}}]\" "
                          "(docs/training.md, \"Train on your JSONL\"; docs/data.md)")
-    specs = d.source_specs(os.environ.get("ELFREG_SHARED") or str(Path.cwd().parent / "shared"))
-    return ExampleStream(specs, cfg.train.seed, d.shuffle_buffer, d.epochs if epochs == "cfg" else epochs, rank, world)
+    specs = d.source_specs(shared_folder())
+    holdout = (d.validation, "train") if isinstance(d.validation, float) else None
+    return ExampleStream(specs, cfg.train.seed, d.shuffle_buffer, d.epochs if epochs == "cfg" else epochs, rank, world,
+                         holdout)
+
+
+def shared_folder() -> str:
+    """$ELFREG_SHARED, else ../shared: what ``{shared}`` in a source path stands for."""
+    import os
+
+    return os.environ.get("ELFREG_SHARED") or str(Path.cwd().parent / "shared")
+
+
+def validation_rows(cfg: RunConfig) -> list[dict]:
+    """The rows of data.validation: the held-out fraction of the sources (``elfreg.data.stream.held_out``), or its
+    file read as the first source (format and columns); [] when there is none."""
+    from elfreg.data import ExampleStream, SourceSpec
+
+    d = cfg.data
+    if d.validation is None:
+        return []
+    if not d.sources:
+        raise ValueError("data.validation needs data.sources (a held-out fraction of them, or a file read as the "
+                         "first of them)")
+    specs = d.source_specs(shared_folder())
+    holdout = None
+    if isinstance(d.validation, float):
+        holdout = (d.validation, "validation")
+    else:
+        path = Path(d.validation)
+        if not path.exists():
+            raise FileNotFoundError(f"data.validation: {path}: no such file")
+        first = specs[0]
+        specs = [SourceSpec(name="validation", task=first.task, path=str(path), format=first.format,
+                            columns=first.columns, filters=first.filters, on_bad_row=first.on_bad_row)]
+    try:
+        rows = list(ExampleStream(specs, 0, 1, 1, holdout=holdout))
+    except ValueError as exc:
+        raise ValueError(f"data.validation: {exc}") from None
+    return rows
+
+
+def restrict_head(cfg: RunConfig, tokenizer) -> RunConfig:
+    """``cfg`` with model.head_token_ids set by train.head_vocab: ``responses``: the training rows' response tokens
+    and EOS (one tokenizer pass over one epoch of the data, elfreg.data.vocab); ``full``: as given."""
+    if cfg.train.head_vocab == "full":
+        return cfg
+    from elfreg.data.vocab import head_token_ids
+
+    d = cfg.data
+    stream = run_stream(dataclasses.replace(cfg, data=dataclasses.replace(d, shuffle_buffer=1)), epochs=1)
+    ids = head_token_ids(tokenizer, good_rows(stream, d.task, d.on_bad_row), d.task)
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, head_token_ids=ids))
+
+
+def good_rows(rows, task: str, on_bad_row: str):
+    """The rows the template accepts; a bad one raises, or is left out under data.on_bad_row: skip."""
+    from elfreg.data import BadRowError, apply_template
+
+    for r in rows:
+        try:
+            apply_template(r, task)
+        except BadRowError:
+            if on_bad_row == "error":
+                raise
+            continue
+        yield r
 
 
 def count_rows(cfg: RunConfig, tokenizer) -> dict:

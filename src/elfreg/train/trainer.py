@@ -41,7 +41,8 @@ from elfreg.train.metrics import MetricsLog
 from elfreg.train.optim import EMA, build_optimizers, lr_at
 from elfreg.train.plan import TrainPlan, check_init, check_overflow, init_source
 from elfreg.train.rng import example_generators
-from elfreg.train.setup import check_backbones, count_rows, match_backbones, need_teacher, plan_from_counts, run_stream
+from elfreg.train.setup import (check_backbones, count_rows, match_backbones, need_teacher, plan_from_counts,
+                                restrict_head, run_stream, validation_rows)
 
 SUM_TERMS = ("loss", "loss_elf", "loss_repa", "loss_reg")  # global-count contributions: summed
 MEAN_TERMS = ("l2", "ce", "decoder_frac")  # per-batch diagnostics: averaged
@@ -91,6 +92,7 @@ class Trainer(Checkpointing):
         if tc.match_backbones:
             cfg = match_backbones(cfg, backbones)
         check_backbones(cfg, backbones)
+        cfg = restrict_head(cfg, backbones.tokenizer)   # train.head_vocab: before the resume check compares it
         self.cfg = cfg
         if self.info.is_main:
             if restart:
@@ -110,6 +112,27 @@ class Trainer(Checkpointing):
         self.warmup_steps = self.plan.warmup_steps if self.plan is not None else (tc.warmup_steps or 0)
         self.epoch_steps = self.plan.epoch_steps if self.plan is not None else {}
         self._build_model()
+        self.validation = self._make_validation()
+
+    def _make_validation(self):
+        """data.validation's rows with their features, scored while training (elfreg.train.validation); None
+        without it."""
+        if self.cfg.data.validation is None:
+            return None
+        from elfreg.train.validation import Validation
+
+        v = Validation(validation_rows(self.cfg), self.cfg, self.backbones, self.need_teacher, self.output)
+        v.resume(int(self.state["step"]))
+        return v
+
+    def validate(self, step: int) -> dict:
+        """The validation metrics of the EMA weights at ``step`` (scored on the main rank)."""
+        ema = {k: full_tensor(v).detach() for k, v in self.ema.shadow.items()}   # collective under FSDP
+        if not self.info.is_main:
+            return {}
+        out = self.validation.score(step, self.elf, ema)
+        self.last_validation = {"step": step, **out}
+        return out
 
     # -- setup ----------------------------------------------------------------------------------------------------
     def _make_batches(self):
@@ -377,6 +400,7 @@ class Trainer(Checkpointing):
         self._history = history   # the model card's final loss reads it
         saved_step = step if self.resume_from is not None else -1  # same on every rank
         epoch_steps = set(self.epoch_steps.values())
+        self.last_validation: dict | None = None
         try:
             while step < total:
                 metrics = self.step_once(step)
@@ -386,12 +410,17 @@ class Trainer(Checkpointing):
                 self.state["tokens"] = int(self.state.get("tokens", 0)) + metrics["tokens"]
                 history.append({"step": step, **metrics})
                 log.advance()
-                if step % tc.log_every == 0 or step == total:
+                checkpoint = step % tc.save_every == 0 or step in epoch_steps
+                validate = self.validation is not None and self.validation.due(step, total, checkpoint)
+                if validate:
+                    metrics.update(self.validate(step))
+                if step % tc.log_every == 0 or step == total or validate:
                     metrics.update(self.progress(step), **self.precision.record())
                     log.log(step, metrics)
                     self.check_overflow(metrics)
-                if step % tc.save_every == 0 or step in epoch_steps:
+                if checkpoint:
                     last_ckpt, saved_step = self.save(step) or last_ckpt, step
+                    self._plot()
                 for hook in self.hooks:
                     hook(step)
             if saved_step != step:
@@ -404,13 +433,25 @@ class Trainer(Checkpointing):
         summary = {"steps": step, "planned_steps": total, **self.progress(step), **self.precision.record(),
                    "epoch_checkpoints": {k: s for k, s in self.epoch_steps.items() if s <= step},
                    "plan": json.loads(self.plan.to_json()) if self.plan is not None else None}
+        if self.last_validation is not None:
+            summary["validation"] = {**self.last_validation, "skipped_rows": self.validation.skipped}
+            if tc.keep_best and self.validation.best["val_acc"] >= 0:
+                summary["validation"]["best"] = {**self.validation.best, "model": str(self.output / "best")}
         training = self.card_training(step)
         if info.is_main:
             model_dir = self.output / "model"
             self.elf.save_pretrained(model_dir, ema, training=training)
             atomic_write_text(self.output / "summary.json", dumps(summary, indent=2))
         self.check_overflow(summary)
+        self._plot()
         return TrainResult(step, self.output, model_dir, last_ckpt, history, summary)
+
+    def _plot(self) -> None:
+        """learning_curve.png from metrics.jsonl (main rank): at every checkpoint and at the end."""
+        if self.info.is_main:
+            from elfreg.train.metrics import plot_learning_curve
+
+            plot_learning_curve(self.output)
 
 
 def train(cfg: RunConfig, output: str | Path, resume: str = "auto", backbones=None,
