@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from helpers import REPO
 from _tiny import tiny_overrides
 from elfreg.config import ObjectiveConfig, model_preset
 from elfreg.model.student import ElfStudent
@@ -18,7 +19,7 @@ from elfreg.train.dist import LossModule, init_distributed, wrap
 from elfreg.train.optim import build_optimizers
 from elfreg.train.trainer import Trainer
 
-CONFIG = "configs/tiny-smoke.yaml"
+CONFIG = str(REPO / "configs/tiny-smoke.yaml")   # not relative: the tests may start anywhere
 DEVICES = [pytest.param("cuda", marks=pytest.mark.gpu), "cpu"]
 GROUPS = [pytest.param("cuda", "nccl", marks=pytest.mark.gpu), ("cpu", "gloo")]
 

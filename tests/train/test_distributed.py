@@ -8,11 +8,12 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from _dist_worker import run
+from helpers import REPO
 from _tiny import tiny_overrides
 from elfreg.train.config import load_run_config
 from elfreg.train.trainer import Trainer
 
-CONFIG = "configs/tiny-smoke.yaml"
+CONFIG = str(REPO / "configs/tiny-smoke.yaml")   # not relative: the tests may start anywhere
 
 
 def free_port() -> int:

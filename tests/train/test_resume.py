@@ -6,13 +6,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from helpers import REPO
 from _tiny import tiny_overrides
 from elfreg.pretrained import ElfModel
 from elfreg.train import checkpoint as ck
 from elfreg.train.config import load_run_config
 from elfreg.train.trainer import TrainingDiverged, train
 
-CONFIG = "configs/tiny-smoke.yaml"
+CONFIG = str(REPO / "configs/tiny-smoke.yaml")   # not relative: the tests may start anywhere
 
 
 class Crash(RuntimeError):

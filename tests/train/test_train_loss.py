@@ -2,11 +2,12 @@
 
 import pytest
 
+from helpers import REPO
 from _tiny import tiny_overrides
 from elfreg.train.config import load_run_config
 from elfreg.train.trainer import train
 
-CONFIG = "configs/tiny-smoke.yaml"
+CONFIG = str(REPO / "configs/tiny-smoke.yaml")   # not relative: the tests may start anywhere
 ELF = {"model.extra_token": "none", "model.repa": False, "objective.use_repa": False, "objective.use_reg": False,
        "backbones.teacher": None}
 

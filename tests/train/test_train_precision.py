@@ -6,12 +6,13 @@ import json
 import pytest
 import torch
 
+from helpers import REPO
 from _tiny import tiny_overrides
 from elfreg import precision
 from elfreg.train.config import load_run_config
 from elfreg.train.trainer import Trainer
 
-CONFIG = "configs/tiny-smoke.yaml"
+CONFIG = str(REPO / "configs/tiny-smoke.yaml")   # not relative: the tests may start anywhere
 
 
 @pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="this torch has no torch.optim.Muon")

@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from helpers import REPO
 from _tiny import sum_rows, tiny_overrides
 from elfreg.backbones import Backbones
 from elfreg.data.vocab import head_token_ids
@@ -17,7 +18,7 @@ from elfreg.train.metrics import read_metrics
 from elfreg.train.trainer import train
 from elfreg.train.validation import answers_match
 
-CONFIG = "configs/tiny-smoke.yaml"
+CONFIG = str(REPO / "configs/tiny-smoke.yaml")   # not relative: the tests may start anywhere
 
 
 def cfg(lm, data, **over):
