@@ -7,9 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from elfreg.pretrained import ElfModel
-from helpers import make_tiny_elf_model
-
 openai = pytest.importorskip("openai", reason="the serving tests need the test extras (openai, fastapi, uvicorn)")
 pytest.importorskip("fastapi", reason="elfreg[serve] is not installed")
 pytest.importorskip("uvicorn", reason="elfreg[serve] is not installed")
@@ -21,11 +18,6 @@ QUESTIONS = ["what is 3 plus 4 ?", "sort a b c", "what is 9 minus 2 ?", "copy d"
 NFE = {"nfe": 6, "rho": 2}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory, tiny_lm_dir):
-    return ElfModel.from_pretrained(make_tiny_elf_model(tmp_path_factory.mktemp("serve") / "model", tiny_lm_dir))
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from elfreg.pretrained import ElfModel
-from helpers import make_tiny_elf_model
 
 pytest.importorskip("fastapi", reason="elfreg[serve] is not installed")
 pytest.importorskip("uvicorn", reason="elfreg[serve] is not installed")
@@ -21,11 +19,6 @@ from ._browser import browser, chromium_path  # noqa: E402
 
 QUESTION = "what is 3 plus 4 ?"
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory, tiny_lm_dir):
-    return ElfModel.from_pretrained(make_tiny_elf_model(tmp_path_factory.mktemp("ui") / "model", tiny_lm_dir))
 
 
 @pytest.fixture(scope="module")

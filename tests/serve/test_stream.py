@@ -7,9 +7,6 @@ import urllib.request
 
 import pytest
 
-from elfreg.pretrained import ElfModel
-from helpers import make_tiny_elf_model
-
 openai = pytest.importorskip("openai", reason="the serving tests need the test extras (openai, fastapi, uvicorn)")
 pytest.importorskip("fastapi", reason="elfreg[serve] is not installed")
 pytest.importorskip("uvicorn", reason="elfreg[serve] is not installed")
@@ -18,11 +15,6 @@ from elfreg.serve.app import Server, ServeSettings, served  # noqa: E402
 
 NFE = {"nfe": 6, "rho": 2}
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory, tiny_lm_dir):
-    return ElfModel.from_pretrained(make_tiny_elf_model(tmp_path_factory.mktemp("stream") / "model", tiny_lm_dir))
 
 
 @pytest.fixture(scope="module")
