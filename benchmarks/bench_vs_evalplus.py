@@ -20,6 +20,12 @@ generation per line (``text``, ``solution`` or ``completion``, and ``entry_point
 give identical output (elfreg's ``sanitize`` against EvalPlus' ``sanitize``), which differ, how many EvalPlus did
 not finish within ``--sanitizer-limit`` seconds (its span search is quadratic in lines, each span parsed whole), and
 both tools' total time. ``--rounds 0`` runs only this comparison.
+
+``--profile`` then scores the same samples once more in this process, once per ``--profile-isolation`` (default:
+``auto``; e.g. ``auto,bwrap,none`` compares the fork server with a fresh interpreter per program, with and without
+bubblewrap), and prints where the time goes: the command's phases (interpreter start and imports, data, sandbox
+start, scoring), the code preparation's CPU time in one process, and each sandboxed run's wall time split into its
+steps (``elfreg.sandbox.profile``): per run (mean) and per worker (total), with each worker's time outside a run.
 """
 
 from __future__ import annotations
@@ -96,12 +102,14 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--isolation", default="auto", help="elfreg --isolation: auto|zygote|bwrap|none")
+    ap.add_argument("--profile", action="store_true", help="also split the time of a run (module docstring)")
+    ap.add_argument("--profile-isolation", default="auto", help="comma-separated --isolation values to profile")
     ap.add_argument("--sanitizer-samples", type=Path, help="JSONL of raw generations: compare the sanitizers on them")
     ap.add_argument("--sanitizer-limit", type=int, default=60, help="seconds EvalPlus' sanitizer gets per generation")
     args = ap.parse_args()
     if args.sanitizer_samples:
         compare_sanitizers(args.sanitizer_samples, args.workers, args.sanitizer_limit)
-    if args.rounds < 1:
+    if args.rounds < 1 and not args.profile:
         return 0
     python = sys.executable
     elfreg = [python, "-m", "elfreg"]
@@ -150,6 +158,10 @@ def main() -> int:
         gt_s = float(m.group(1)) if m else float("nan")
         t_cold = run_elfreg(tmp / "elfreg-warmup")
         print(f"warm-up: EvalPlus ground truth {gt_s:.1f} s (1 process); elfreg cold run {t_cold:.1f} s", flush=True)
+        floor = args.copies * gt_s / args.workers
+        if args.rounds < 1:
+            profile(args, samples, tmp, floor)
+            return 0
 
         ratios, t_el, t_ep = [], [], []
         for rnd in range(args.rounds):
@@ -181,12 +193,63 @@ def main() -> int:
         print(f"verdicts: {len(ours)} elfreg / {len(theirs)} EvalPlus samples; tasks with a different verdict: "
               f"{differ or 'none'}" + (f" (EvalPlus 0.3.1's known find_zero bug: {sorted(KNOWN_EVALPLUS_BUG)})"
                                        if set(differ) <= KNOWN_EVALPLUS_BUG and differ else ""))
-        floor = args.copies * gt_s / args.workers
         print(f"median: EvalPlus {statistics.median(t_ep):.1f} s, elfreg {statistics.median(t_el):.1f} s, "
               f"ratio {statistics.median(ratios):.2f}x (min {min(ratios):.2f}x, max {max(ratios):.2f}x)")
         print(f"floor (every sample's inputs run once on {args.workers} cores, from EvalPlus' ground truth): "
               f"{floor:.1f} s; elfreg is {statistics.median(t_el) / floor:.2f}x the floor")
+        if args.profile:
+            profile(args, samples, tmp, floor)
     return 0
+
+
+def profile(args: argparse.Namespace, samples: Path, tmp: Path, floor: float) -> None:
+    """Score ``samples`` in this process once per ``--profile-isolation`` and print where the time goes."""
+    os.environ["HUMANEVAL_OVERRIDE_PATH"] = str(DATA)
+    sys.path.insert(0, str(ROOT / "src"))  # this checkout's elfreg, as the commands above run it
+    # the command's start: the interpreter, elfreg's imports and its parser (`eval score --help` exits there)
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "elfreg", "eval", "score", "--help"],
+                   env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), capture_output=True, check=True)
+    t_start = time.perf_counter() - t0
+    code = "import sys, elfreg.cli; elfreg.cli.build_parser('eval'); print('torch' in sys.modules)"
+    torch = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
+                           capture_output=True, text=True, check=True).stdout.strip() == "True"
+    from elfreg.eval.cli import load_for_eval
+    from elfreg.eval.completions import FIELDS, load_completions
+    from elfreg.eval.registry import default_registry
+    from elfreg.eval.scoring import ScoreOptions, _prepare, score_completions
+    from elfreg.sandbox import Sandbox, SandboxConfig, TimeRule
+    from elfreg.sandbox.profile import SandboxProfile
+
+    t0 = time.perf_counter()
+    bench = load_for_eval(default_registry(), "humaneval_plus", None)
+    comps = load_completions(str(samples), bench.by_id, FIELDS, 4 << 20).rows
+    t_data = time.perf_counter() - t0
+    opts = ScoreOptions(workers=args.workers, cache_dir=str(tmp / "elfreg-cache"), progress=False,
+                        time_rule=TimeRule(min_time_s=1.0, factor=4.0))
+    t0 = time.perf_counter()
+    for c in comps:  # what the text pool does per sample, here in one process
+        p = bench.by_id[c.task_id]
+        _prepare(opts.code_modes, c.completion, p.entry_point or "", bool(p.extra.get("keep_all")),
+                 p.extra.get("preamble", ""), c.format, p.extra.get("code_prompt", ""))
+    t_prep = time.perf_counter() - t0
+    print(f"\nprofile (load {os.getloadavg()[0]:.2f}): command start (interpreter, imports, parser) {t_start:.2f} s "
+          f"({'torch imported' if torch else 'no torch'}); data {t_data:.2f} s; code preparation {t_prep:.2f} s of one process's time for "
+          f"{len(comps)} samples ({1000 * t_prep / len(comps):.1f} ms each, in the text workers, beside the runs)")
+    for iso in args.profile_isolation.split(","):
+        prof = SandboxProfile()
+        t0 = time.perf_counter()
+        with Sandbox(SandboxConfig(isolation=iso, hide=(opts.cache_dir,)), profile=prof) as sandbox:
+            t_sandbox = time.perf_counter() - t0
+            began = time.monotonic()
+            summary = score_completions(bench, comps, tmp / f"profile-{iso}" / "results.jsonl", opts, sandbox)
+            ended = time.monotonic()
+            t_score = ended - began
+        print(f"\n--isolation {iso}: {summary['settings']['isolation']} (load {os.getloadavg()[0]:.2f}); sandbox "
+              f"start {t_sandbox:.2f} s; scoring {t_score:.2f} s (expected outputs from the cache, text workers, "
+              f"runs); start + data + sandbox + scoring {t_start + t_data + t_sandbox + t_score:.1f} s = "
+              f"{(t_start + t_data + t_sandbox + t_score) / floor:.2f}x the floor ({floor:.1f} s)")
+        print(prof.table(began, ended))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 answers, rescoring rows of another alias rule, and MMLU through `eval score`."""
 
 import json
+import os
+
+import pytest
 
 from elfreg.cli import main
 from elfreg.eval.codeprep import ALIAS_MODES, ALIAS_RULE
@@ -108,3 +111,32 @@ def test_eval_score_on_mmlu_reads_letters_from_rationales(tmp_path):
                  "--no-progress", "--k", "1,2"]) == 0
     acc = json.loads((out / "summary.json").read_text())["metrics"]["accuracy"]
     assert acc["pass@1_per_seed"] == [1.0, 0.0] and acc["pass@2"] == 1.0 and acc["problems"] == 285
+
+
+def test_code_samples_go_to_the_workers_slowest_reference_first(tmp_path):
+    """The workers end together: a long sample that came last in the file no longer runs while the others wait."""
+    from types import SimpleNamespace
+
+    from elfreg.sandbox import ExpectedOutputs
+    from elfreg.eval.scoring import longest_first
+
+    bench = SimpleNamespace(name="t", source_sha256="0" * 16)
+    expected = ExpectedOutputs(bench, SimpleNamespace(isolation=SimpleNamespace(isolated=True)), tmp_path)
+    expected.table = {"a": {"base": [{"t": 0.1}], "plus": [{"t": 0.2}], "base_load": 0.05, "plus_load": 0.0},
+                      "b": {"base": [{"t": 2.0}], "plus": [], "base_load": 0.0, "plus_load": 0.0},
+                      "c": {"calls": [], "outputs": [], "ref_time": 1.0}}
+    assert expected.reference_seconds("a") == pytest.approx(0.35) and expected.reference_seconds("x") == 0
+    todo = [Completion(t, s, "", 1) for t in ("a", "x", "c", "b") for s in (0, 1)]
+    assert [(c.task_id, c.sample) for c in longest_first(todo, expected)] == \
+        [("b", 0), ("b", 1), ("c", 0), ("c", 1), ("a", 0), ("a", 1), ("x", 0), ("x", 1)]
+
+
+def test_scoring_does_not_load_torch():
+    """`eval score`'s scoring needs no torch (importing it costs seconds on every run)."""
+    import subprocess
+    import sys
+
+    code = "import sys, elfreg.eval.scoring, elfreg.eval.run_model; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).stdout
+    assert out.strip() == "False"

@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -143,3 +144,11 @@ def test_nesting_check_is_linear_on_unterminated_strings():
         assert time.monotonic() - t < 3.0  # the old regex: 40 KB took 10.8 s
     with pytest.raises(NestingError):
         check_nesting('"\\\\"' + "[" * 500)  # the escaped backslash closes the string: the brackets count
+
+
+def test_a_long_string_is_sent_as_text_exactly_up_to_the_threshold():
+    """A string whose text (quotes and escapes included) fits is sent as text; one longer is its digest."""
+    for s in ("x" * (DIGEST_THRESHOLD - 2), "é" * (DIGEST_THRESHOLD // 6 - 1)):
+        assert encode_output(s) == {"v": json.dumps(s)} and len(json.dumps(s)) <= DIGEST_THRESHOLD
+    for s in ("x" * (DIGEST_THRESHOLD - 1), "\n" * (DIGEST_THRESHOLD // 2), "y" * (3 * DIGEST_THRESHOLD)):
+        assert encode_output(s) == digest_of(s)

@@ -20,7 +20,6 @@ from elfreg.bounds import COUNT
 from elfreg.cliargs import error_line, input_file, model_ref, output_dir
 from elfreg.fingerprint import FOLDER_FILE, add_restart_argument, claim, model_identity, move_aside, note
 from elfreg.resources import check_fits, sampler_grid_need
-from elfreg.sampling.exit import nfe_summary
 from elfreg.tasks.registry import KIND_TASKS, extract_for
 from elfreg.threads import add_threads_argument, set_inference_threads
 
@@ -206,6 +205,8 @@ def generation_settings(path: Path) -> dict:
 
 def generation_nfe(path: Path) -> dict:
     """NFE each sample spent (check decodes of the adaptive exit included): mean, range and histogram."""
+    from elfreg.sampling.exit import nfe_summary  # here: the sampling package loads torch, which scoring never needs
+
     with open(path, encoding="utf-8") as f:
         return nfe_summary([json.loads(raw)["nfe_spent"] for raw in f if raw.strip()])
 

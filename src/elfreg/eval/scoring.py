@@ -17,7 +17,6 @@ from ..bounds import DAY_S, Range, check_ranges
 from ..fingerprint import folder_key, row_ok, sign_row
 from ..jsontext import dumps
 from ..resources import usable_cpus
-from ..sampling.results_io import repair_truncated_tail
 from ..sandbox import Sandbox, SandboxError
 from ..sandbox.codecheck import TimeRule, run_io, run_tests
 from ..sandbox.expected import ExpectedOutputs, revoke_isolated_key
@@ -119,6 +118,9 @@ class ResultsFile:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def _read(self) -> None:
+        # here, not at the top: the sampling package loads torch, which scoring never needs (seconds per command)
+        from ..sampling.results_io import repair_truncated_tail
+
         repair_truncated_tail(self.path, "scored again")
         failed: dict[tuple[str, int], int] = {}
         for n, line in enumerate(self.path.read_bytes().split(b"\n")[:-1], start=1):
@@ -273,6 +275,12 @@ def _score_text_rows(bench: Benchmark, todo: list[Completion], opts: ScoreOption
             bar.update()
 
 
+def longest_first(todo: list[Completion], expected: ExpectedOutputs) -> list[Completion]:
+    """``todo`` with the samples of the slowest reference solutions first (otherwise in order): the workers then
+    end together, rather than one running a long sample that came last while the others wait."""
+    return sorted(todo, key=lambda c: -expected.reference_seconds(c.task_id))
+
+
 def _score_code_rows(bench: Benchmark, todo: list[Completion], sandbox: Sandbox, expected: ExpectedOutputs,
                      opts: ScoreOptions, results: ResultsFile, isolation: str | None, bar: tqdm) -> None:
     """Prepare each sample in the text pool, test its programs in ``opts.workers`` threads; write each row as it
@@ -327,7 +335,7 @@ def score_completions(bench: Benchmark, completions: list[Completion], results_p
                 bar.update()
             expected = ExpectedOutputs(bench, sandbox, opts.cache_dir, opts.workers).load_or_compute(
                 opts.progress, only={c.task_id for c in todo})
-            _score_code_rows(bench, todo, sandbox, expected, opts, results, isolation, bar)
+            _score_code_rows(bench, longest_first(todo, expected), sandbox, expected, opts, results, isolation, bar)
         else:
             for c, why in too_big:
                 results.add(_text_row(bench, c, Outcome(error=why)))

@@ -156,6 +156,14 @@ class ExpectedOutputs:
         os.replace(tmp, self.path)  # atomic: a crash never leaves a half cache
         return self
 
+    def reference_seconds(self, task_id: str) -> float:
+        """The reference solution's seconds on ``task_id``'s tests (every input and load, or its original tests),
+        from :attr:`table`; 0 for a task not there."""
+        row = self.table.get(task_id) or {}
+        io = sum(e.get("t", 0.0) for s in ("base", "plus") for e in row.get(s) or []) + \
+            row.get("base_load", 0.0) + row.get("plus_load", 0.0)
+        return io + row.get("ref_time", 0.0)
+
     # ------------------------------------------------------------------ what a tested program is checked against
     def original(self, p) -> OriginalTests:
         """``p``'s original tests, prepared once per task."""

@@ -30,14 +30,17 @@ class ZygoteError(RuntimeError):
 
 class Zygote:
     """One fork server process; ``prefix`` is the bwrap argv (namespaces, mounts, env) to run it under, ``python``
-    the interpreter's command (``[path, flags...]``)."""
+    the interpreter's command (``[path, flags...]``); with ``profile`` each :meth:`finish` also says when the server
+    got the program and when its child reached each step (:mod:`.profile`)."""
 
-    def __init__(self, prefix: list[str], python: list[str], workdir_bytes: int, timeout_s: float = 30.0) -> None:
+    def __init__(self, prefix: list[str], python: list[str], workdir_bytes: int, timeout_s: float = 30.0,
+                 profile: bool = False) -> None:
         self.timeout_s = timeout_s
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock = ours
         self._err = tempfile.TemporaryFile()
-        argv = prefix + python + ["-c", SERVER_SOURCE, "--zygote", str(theirs.fileno()), str(workdir_bytes)]
+        argv = prefix + python + ["-c", SERVER_SOURCE, "--zygote", str(theirs.fileno()), str(workdir_bytes)] + \
+            (["--profile"] if profile else [])
         try:
             # No --die-with-parent: its signal fires when the *thread* that started it exits; instead the
             # server exits on EOF of the control socket, which the kernel closes when the harness dies (a child
@@ -71,7 +74,8 @@ class Zygote:
             raise ZygoteError(f"submit failed: {e}") from None
 
     def finish(self) -> dict:
-        """End the current program (kill it and everything of its uid); returns ``{"rc", "clean"}``."""
+        """End the current program (kill it and everything of its uid); returns ``{"rc", "clean"}`` (and with
+        ``profile``, ``"prof"``: monotonic times, the request's arrival then the child's steps)."""
         try:
             self._sock.settimeout(self.timeout_s)
             self._sock.sendall(b"K")
@@ -79,6 +83,10 @@ class Zygote:
             raise ZygoteError(f"finish failed: {e}") from None
         reply = self._reply()
         if not isinstance(reply.get("rc"), int) or not isinstance(reply.get("clean"), bool):
+            raise ZygoteError(f"bad reply {str(reply)[:100]}")
+        prof = reply.get("prof")
+        if prof is not None and not (isinstance(prof, list) and len(prof) <= 8
+                                     and all(type(t) is float for t in prof)):
             raise ZygoteError(f"bad reply {str(reply)[:100]}")
         return reply
 

@@ -101,6 +101,7 @@ class RecordStream:
         self.arrivals: list[float] = []  # time.monotonic() when each record was read
         self.violation: str | None = None
         self.started: float | None = None  # time.monotonic() when the run started (set by the sandbox)
+        self.feed_s: float | None = None  # with a sandbox profile: the harness's time in feed(), else None
 
     def due(self) -> float | None:
         """Monotonic time by which the next record must arrive (None: only the run's deadline)."""

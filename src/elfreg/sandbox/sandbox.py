@@ -52,6 +52,7 @@ from .forkserver import Zygote, ZygoteError
 from .inside import RUNNER_SOURCE
 from .layout import ancestors
 from .memcg import MemoryCgroups
+from .profile import OFF, SandboxProfile, Stamps, read_marks, split_run
 from .records import RecordStream
 from ..moved import moved
 
@@ -72,9 +73,12 @@ class Sandbox:
 
     With a fork server, one server per concurrently used slot stays up until :meth:`close` (or garbage
     collection / interpreter exit); ``with Sandbox() as sb:`` closes it at the end of the block.
+
+    With a ``profile`` (:mod:`.profile`, for benchmarks) every run after the probe adds the split of its wall time.
     """
 
-    def __init__(self, config: SandboxConfig | None = None, slots: int = _MAX_SLOTS) -> None:
+    def __init__(self, config: SandboxConfig | None = None, slots: int = _MAX_SLOTS,
+                 profile: SandboxProfile | None = None) -> None:
         if not 1 <= slots <= _MAX_SLOTS:
             raise ValueError(f"Sandbox slots must be in 1..{_MAX_SLOTS}, got {slots}")
         self.config = config or SandboxConfig()
@@ -92,7 +96,10 @@ class Sandbox:
         self._root = os.geteuid() == 0
         self._bwrap_exe = shutil.which(self.config.bwrap)
         self._unshare: list[str] = []
+        self._profiling = profile is not None  # fork servers are started with --profile
+        self.profile: SandboxProfile | None = None  # the probe's run is not counted
         self.isolation = self._probe()
+        self.profile = profile
         self.isolation.memcg = self._memcg.describe() if self._memcg else ""
         log.info("sandbox isolation: %s%s", self.isolation.describe(),
                  "" if self._memcg else f" (no memory cgroup: {memcg_why}; memfd and SysV shared memory refused, "
@@ -265,7 +272,8 @@ class Sandbox:
         # The server starts without a limit of its own; once ready, its cgroup gets the program's memory on top of
         # what the server holds (every program inherits those pages copy-on-write).
         prefix = self._enter_memcg(slot, machine_memory())
-        z = Zygote(prefix + self._bwrap_argv(True, die_with_parent=False), self._python(), self.config.workdir_bytes)
+        z = Zygote(prefix + self._bwrap_argv(True, die_with_parent=False), self._python(), self.config.workdir_bytes,
+                   profile=self._profiling)
         if self._memcg is not None:
             try:
                 self._memcg.set_limit(slot, self.config.memory_bytes + self._memcg.usage(slot))
@@ -282,9 +290,18 @@ class Sandbox:
         if z is not None:
             z.close()
 
+    def _stamps(self, stream: RecordStream) -> Stamps:
+        """The stamps of a run (:mod:`.profile`): real ones with a profile, else ones that record nothing."""
+        if self.profile is None:
+            return OFF
+        stream.feed_s = 0.0
+        return Stamps()
+
     def _run_zygote(self, payload: dict, stream: RecordStream, deadline_s: float) -> RunResult:
+        stamp = self._stamps(stream)
         slot = self._slots.get()
         try:
+            stamp("slot wait")
             uid = _UID_BASE + os.getpid() * _MAX_SLOTS + slot
             data = json.dumps(self._limits(payload, uid, deadline_s)).encode("utf-8", "surrogatepass")
             # The payload goes into a memfd that only the program's child reads: the server never sees it.
@@ -294,14 +311,18 @@ class Sandbox:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(mem, view):]
+                stamp("payload")
                 for attempt in (0, 1):  # a server that died since its last program is replaced once
                     try:
                         z = self._zygote_for(slot)
                     except ZygoteError as e:
                         raise SandboxError(f"the fork server could not be started: {e}") from None
+                    stamp("server start")
                     r_fd, w_fd = result_pipe()
                     self._track(r_fd, w_fd)
+                    stamp("payload")
                     ooms = self._oom_kills(slot)
+                    stamp("memcg")
                     t0 = time.monotonic()
                     try:
                         z.submit(uid, w_fd, mem)
@@ -319,6 +340,7 @@ class Sandbox:
             try:
                 res = collect(r_fd, t0, deadline_s, stream, self.config.max_result_bytes, self._release)
             finally:  # the server waits for this end of the run, whatever happened here
+                stamp("inputs")
                 try:
                     reply = z.finish()
                     if not reply["clean"]:
@@ -328,21 +350,34 @@ class Sandbox:
                     log.warning("sandbox: fork server failed (%s); restarting it", e)
                     reply = {"rc": None}
                     self._drop_zygote(slot)
+            stamp("teardown")
             res.returncode = reply["rc"]
             res.wall_s = time.monotonic() - t0
             self._memory_killed(res, slot, ooms)
+            stamp("memcg")
+            self._profiled(slot, "zygote", stamp, reply.get("prof") or [], stream)
             return res
         finally:
             self._slots.put(slot)
 
+    def _profiled(self, slot: int, kind: str, stamps: Stamps, inside: list[float], stream: RecordStream) -> None:
+        """Add the run's split to the profile (none: nothing to do)."""
+        if stamps is not OFF and self.profile is not None:
+            self.profile.add(split_run(slot, kind, stamps, inside, stream.arrivals, stream.records,
+                                       stream.feed_s or 0.0))
+
     def _run_raw(self, iso: Isolation, payload: dict, stream: RecordStream, deadline_s: float) -> RunResult:
+        stamp = self._stamps(stream)
         slot = self._slots.get()
+        stamp("slot wait")
         uid = _UID_BASE + os.getpid() * _MAX_SLOTS + slot if iso.uid_drop else None
         workdir = None
         try:
             payload = dict(self._limits(payload, uid, deadline_s), uid=uid)
             py = self._python() + ["-c", RUNNER_SOURCE]
+            stamp("payload")
             prefix = self._enter_memcg(slot, self.config.memory_bytes)
+            stamp("memcg")
             if iso.kind == "bwrap":
                 argv, cwd, env = prefix + self._bwrap_argv(iso.uid_drop) + py, "/", {}
             else:
@@ -351,30 +386,49 @@ class Sandbox:
                     os.chown(workdir, uid, uid)
                 os.chmod(workdir, 0o700)
                 argv, cwd, env = prefix + self._unshare + py, workdir, sandbox_env(workdir)
+            stamp("payload")
             ooms = self._oom_kills(slot)
-            res = self._communicate(argv, cwd, env, payload, deadline_s, stream, uid)
+            stamp("memcg")
+            res, marks = self._communicate(argv, cwd, env, payload, deadline_s, stream, uid, stamp)
             self._memory_killed(res, slot, ooms)
-            return res
+            stamp("memcg")
         finally:
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
             self._slots.put(slot)
+        stamp("teardown")
+        self._profiled(slot, "fresh", stamp, marks, stream)
+        return res
 
-    def _communicate(self, argv, cwd, env, payload, deadline_s, stream, uid) -> RunResult:
+    def _communicate(self, argv, cwd, env, payload, deadline_s, stream, uid, stamp=OFF) -> tuple[RunResult, list]:
+        """Run ``argv`` on ``payload``; also the times the runner wrote to its profile pipe (with a profile)."""
         r_fd, w_fd = result_pipe()
         self._track(r_fd, w_fd)
         os.set_inheritable(w_fd, True)
+        pass_fds, prof_r = [w_fd], None
+        if stamp is not OFF:  # the runner's own steps, on a pipe it closes before the payload's code runs
+            prof_r, prof_w = os.pipe()
+            self._track(prof_r, prof_w)
+            os.set_inheritable(prof_w, True)
+            pass_fds.append(prof_w)
+            argv = argv + ["--profile", str(prof_w)]
+        stamp("payload")
         t0 = time.monotonic()
         # pass_fds keeps the number, so the child writes its records to the same fd number.
         payload["result_fd"] = w_fd
         try:
             proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, pass_fds=(w_fd,), start_new_session=True)
+                                    stderr=subprocess.PIPE, pass_fds=pass_fds, start_new_session=True)
         except BaseException:
             self._release(r_fd)
+            if prof_r is not None:
+                self._release(prof_r)
             raise
         finally:
             self._release(w_fd)
+            if prof_r is not None:
+                self._release(prof_w)
+        stamp("spawn")
         res = RunResult(stream)
         try:
             try:
@@ -384,6 +438,7 @@ class Sandbox:
                 pass
             res = collect(r_fd, t0, deadline_s, stream, self.config.max_result_bytes, self._release)
         finally:
+            stamp("inputs")
             self._kill(proc, uid)
             res.wall_s = time.monotonic() - t0
             res.returncode = proc.returncode
@@ -392,7 +447,11 @@ class Sandbox:
             except Exception:  # noqa: BLE001 - diagnostics only
                 res.stderr = ""
             proc.stderr.close()
-        return res
+        marks = []
+        if prof_r is not None:
+            self._fds.discard(prof_r)
+            marks = read_marks(prof_r)
+        return res, marks
 
     @staticmethod
     def _kill(proc: subprocess.Popen, uid: int | None) -> None:

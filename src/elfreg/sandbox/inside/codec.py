@@ -205,6 +205,8 @@ class _Long(Exception):
 def encode_output(x) -> dict:
     """``{"v": text}`` for a short output, else ``{"sha": hex, "n": length}`` of its digest form (streamed, bounded
     memory); the rule is in :data:`DIGEST_THRESHOLD`."""
+    if type(x) is str and len(x) + 2 > DIGEST_THRESHOLD:  # its text, quotes included, is at least that long
+        return _digest(x, {})
     parts: list = []
     size = [0]
     blobs: dict = {}  # id(sequence) -> its blob, computed once

@@ -114,13 +114,41 @@ def output_line(i, out) -> bytes:
     return b'{"i":%d,"sha":"%s","n":%d}\n' % (i, enc["sha"].encode(), enc["n"])
 
 
+def marker(fd):
+    """A function that writes the time (``time.monotonic()``, 8 bytes) to ``fd`` at each call, and closes ``fd``
+    when called with ``last=True``; the profile of a run (elfreg.sandbox.profile), None when ``fd`` is None.
+
+    The last call comes before any payload code runs: nothing a program does can reach that descriptor."""
+    if fd is None:
+        return None
+    import os
+    import struct
+    import time
+
+    def mark(last=False):
+        try:
+            os.write(fd, struct.pack("d", time.monotonic()))
+        except OSError:
+            pass
+        if last:
+            os.close(fd)
+    return mark
+
+
 def main():  # pragma: no cover - fresh-interpreter entry point
-    """A fresh interpreter: the payload arrives on stdin."""
-    run_payload(json.loads(sys.stdin.buffer.read().decode("utf-8")))
+    """A fresh interpreter: the payload arrives on stdin; with ``--profile FD``, the time of each step goes to FD."""
+    mark = marker(int(sys.argv[2]) if sys.argv[1:2] == ["--profile"] else None)
+    if mark is not None:
+        mark()  # the interpreter has started and read the runner
+    payload = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    if mark is not None:
+        mark()
+    run_payload(payload, mark)
 
 
-def run_payload(payload):  # pragma: no cover - exercised through the sandbox tests
-    """Apply the payload's limits and uid, silence stdio, run the payload and report; never returns."""
+def run_payload(payload, mark=None):  # pragma: no cover - exercised through the sandbox tests
+    """Apply the payload's limits and uid, silence stdio, run the payload and report; never returns. ``mark``
+    (:func:`marker`) is called once the limits, the filter and the uid hold, before any payload code."""
     import os
     import resource
 
@@ -142,6 +170,8 @@ def run_payload(payload):  # pragma: no cover - exercised through the sandbox te
         os.setgroups([])
         os.setgid(payload["uid"])
         os.setuid(payload["uid"])
+    if mark is not None:
+        mark(last=True)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):  # no stdin; prints go nowhere (gigabytes of output cost nothing)
         os.dup2(devnull, fd)

@@ -33,7 +33,7 @@ import sys
 import time
 
 if "run_payload" not in globals():  # imported as a module (tests, linters); in the sandbox it is defined above
-    from elfreg.sandbox.inside.runner import denied_filter, run_payload
+    from elfreg.sandbox.inside.runner import denied_filter, marker, run_payload
 
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
@@ -88,17 +88,25 @@ def _read_payload(fd):
     return json.loads(b"".join(chunks))
 
 
-def _child(libc, ctrl, uid, result_fd, payload_fd, workdir_bytes):  # pragma: no cover - the forked child
-    """Isolate this fresh fork, read its payload, hand it to the runner; never returns."""
+def _child(libc, ctrl, uid, result_fd, payload_fd, workdir_bytes, prof_fd=None):  # pragma: no cover - the child
+    """Isolate this fresh fork, read its payload, hand it to the runner; never returns. With ``prof_fd`` (the
+    server's ``--profile``) the time of each step goes there (runner.marker), closed before the payload runs."""
+    mark = marker(prof_fd)
     try:
+        if mark is not None:
+            mark()  # forked
         ctrl.close()
         if result_fd != _RESULT_FD:
             if payload_fd == _RESULT_FD:
                 payload_fd = os.dup(payload_fd)
+            if prof_fd == _RESULT_FD:
+                prof_fd = os.dup(prof_fd)
+                mark = marker(prof_fd)
             os.dup2(result_fd, _RESULT_FD)
             os.close(result_fd)
+        keep = {payload_fd, prof_fd}
         for name in os.listdir("/proc/self/fd"):  # only stdio, the result pipe and the payload survive
-            if int(name) > _RESULT_FD and int(name) != payload_fd:
+            if int(name) > _RESULT_FD and int(name) not in keep:
                 try:
                     os.close(int(name))
                 except OSError:
@@ -115,9 +123,13 @@ def _child(libc, ctrl, uid, result_fd, payload_fd, workdir_bytes):  # pragma: no
         os.chdir("/sandbox")
         with open("/proc/self/oom_score_adj", "w") as f:  # under memory pressure, kill programs first
             f.write("1000")
+        if mark is not None:
+            mark()  # namespaces and folders
         payload = _read_payload(payload_fd)
+        if mark is not None:
+            mark()
         payload["uid"], payload["result_fd"] = uid, _RESULT_FD
-        run_payload(payload)
+        run_payload(payload, mark)
     except BaseException as e:  # noqa: BLE001 - report the setup error (unauthenticated: it can never pass)
         try:
             os.write(_RESULT_FD, (json.dumps({"status": "fail",
@@ -168,8 +180,21 @@ def _finish(pid, uid, budget_s=5.0):
             time.sleep(0.001)
 
 
-def serve(ctrl_fd, workdir_bytes):  # pragma: no cover - exercised through the sandbox tests
-    """The server loop: one program at a time, until the harness closes the socket."""
+def _marks(fd):
+    """The times a child wrote to its profile pipe (it is closed or dead by now, so this never blocks)."""
+    data = b""
+    while len(data) < 256:
+        chunk = os.read(fd, 256)
+        if not chunk:
+            break
+        data += chunk
+    os.close(fd)
+    return [struct.unpack_from("d", data, k)[0] for k in range(0, len(data) - len(data) % 8, 8)]
+
+
+def serve(ctrl_fd, workdir_bytes, profile=False):  # pragma: no cover - exercised through the sandbox tests
+    """The server loop: one program at a time, until the harness closes the socket. With ``profile``, each reply
+    also carries ``prof``: when the request came, then the child's step times (elfreg.sandbox.profile)."""
     ctrl = socket.socket(fileno=ctrl_fd)
     try:
         libc = _libc()
@@ -191,17 +216,28 @@ def serve(ctrl_fd, workdir_bytes):  # pragma: no cover - exercised through the s
         if req is None:
             return
         uid, result_fd, payload_fd = req
+        prof_r = prof_w = None
+        if profile:
+            got = time.monotonic()
+            prof_r, prof_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - child of fork
-            _child(libc, ctrl, uid, result_fd, payload_fd, workdir_bytes)
+            if prof_r is not None:
+                os.close(prof_r)
+            _child(libc, ctrl, uid, result_fd, payload_fd, workdir_bytes, prof_w)
         os.close(result_fd)
         os.close(payload_fd)
+        if prof_w is not None:
+            os.close(prof_w)
         cmd = ctrl.recv(1)
         rc, clean = _finish(pid, uid)
         if not cmd:
             return
-        _send(ctrl, {"rc": rc, "clean": clean})
+        reply = {"rc": rc, "clean": clean}
+        if prof_r is not None:
+            reply["prof"] = [got] + _marks(prof_r)
+        _send(ctrl, reply)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--zygote"]:  # pragma: no cover
-    serve(int(sys.argv[2]), int(sys.argv[3]))
+    serve(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:5] == ["--profile"])
