@@ -125,8 +125,9 @@ def test_code_samples_are_written_as_solutions(tmp_path):
 
 @pytest.mark.slow  # 2 x 16 samples at 128 and 64 NFE: tens of seconds on a loaded 2-core machine
 def test_math500_paper_protocol_samples_twice_and_names_each_table(tmp_path, tiny_lm_dir):
-    """--protocol paper on MATH-500: a 128-NFE run (pass@1, Table 2) and a 64-NFE run (pass@10 Table 20, pass@16
-    Table 3), each in its own folder, with every number next to the paper figure of the same settings."""
+    """--protocol paper on MATH-500: a 128-NFE run (pass@1) and a 64-NFE run (pass@1, 10, 16), each in its own
+    folder. The file is not the pinned MATH-500, so it is scored by MATH-500's rules as custom data and no number
+    stands beside a paper figure (which tables the pinned copy's runs name: tests/eval/test_protocol.py)."""
     model = _save_tiny_model(tmp_path / "model", tiny_lm_dir)
     data = tmp_path / "math.jsonl"
     data.write_text(json.dumps({"problem": "what is 1 plus 1 ?", "solution": "\\boxed{2}", "answer": "2",
@@ -143,12 +144,10 @@ def test_math500_paper_protocol_samples_twice_and_names_each_table(tmp_path, tin
     combined = json.loads((out / "summary.json").read_text())
     assert list(combined["runs"]) == ["nfe-128", "nfe-64"]
     refs = {(r["metric"], r["table"]) for run in combined["runs"].values() for r in run["evaluation"]["paper_refs"]}
-    assert refs == {("pass@1", "Table 2"), ("pass@1", "Table 19"), ("pass@10", "Tables 18, 20"),
-                    ("pass@16", "Table 3")}
+    assert refs == set()
     md = (out / "summary.md").read_text()
     assert "### nfe-128: early-stop, 128 NFE, pass@1" in md and "### nfe-64: early-stop, 64 NFE" in md
-    assert "- pass@1 vs the paper's Table 2: ELF-L 10.55, ELF-REG-L 13.39" in md
-    assert "- pass@16 vs the paper's Table 3: ELF-L 44.00, ELF-REG-L 52.20" in md
+    assert "vs the paper's" not in md and "Paper figures: none (custom data" in md
     # a second run resumes both folders: nothing generated again
     before = (out / "nfe-64" / "generations.jsonl").read_text()
     assert main(["eval", "run", "--model", str(model), "--benchmark", "math500", "--data", str(data), "--out",
