@@ -27,16 +27,12 @@ import uuid
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable
 
 from elfreg.sampling.watch import EVERY, StepView, Watch
-from elfreg.serve.validate import Generation, RequestError
+from elfreg.serve.validate import Generation, RequestError, _short
 
 if TYPE_CHECKING:
     from elfreg.serve.app import Server
 
 TRAJECTORY_KEYS = ("trajectory", "every")
-
-
-def _refuse(message: str, param: str) -> Exception:
-    return RequestError(message, param)
 
 
 def trajectory_every(body: dict) -> int | None:
@@ -45,33 +41,30 @@ def trajectory_every(body: dict) -> int | None:
     if ext is None:
         return None
     if not isinstance(ext, dict) or set(ext) - set(TRAJECTORY_KEYS):
-        raise _refuse(f'elfreg: an object with the fields {", ".join(TRAJECTORY_KEYS)} '
+        raise RequestError(f'elfreg: an object with the fields {", ".join(TRAJECTORY_KEYS)} '
                       f'(e.g. {{"trajectory": true, "every": 4}}), got {json.dumps(ext)[:200]}', "elfreg")
     on = ext.get("trajectory", False)
     if not isinstance(on, bool):
-        raise _refuse(f"elfreg.trajectory: true or false, got {on!r}", "elfreg.trajectory")
+        raise RequestError(f"elfreg.trajectory: true or false, got {_short(on)}", "elfreg.trajectory")
     every = ext.get("every", 1)
     problem = EVERY.problem(every)
     if problem:
-        raise _refuse(f"elfreg.every: {problem}", "elfreg.every")
+        raise RequestError(f"elfreg.every: {problem}", "elfreg.every")
     return every if on else None
 
 
 def check_stream(body: dict) -> bool:
-    """Whether the request streams, its stream fields checked (a RequestError naming the field)."""
-    if not isinstance(body, dict):
-        return False
+    """Whether the request streams, its stream fields checked (a RequestError naming the field). For a body that
+    ``validate.check_common`` passed: a JSON object whose ``stream`` is a boolean or null."""
     stream = body.get("stream")
-    if stream not in (None, True, False):
-        raise _refuse(f"stream: true or false, got {stream!r}", "stream")
     options = body.get("stream_options")
     if options is not None:
         if not stream:
-            raise _refuse("stream_options: only allowed with stream: true", "stream_options")
+            raise RequestError("stream_options: only allowed with stream: true", "stream_options")
         if not isinstance(options, dict) or not isinstance(options.get("include_usage", False), bool):
-            raise _refuse('stream_options: an object like {"include_usage": true}', "stream_options")
+            raise RequestError('stream_options: an object like {"include_usage": true}', "stream_options")
     if trajectory_every(body) is not None and not stream:
-        raise _refuse("elfreg.trajectory: needs stream: true (the views are sent while the answer is made)",
+        raise RequestError("elfreg.trajectory: needs stream: true (the views are sent while the answer is made)",
                       "elfreg.trajectory")
     return bool(stream)
 
