@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from elfreg.cli import COMMANDS, _command, build_parser
+from elfreg.cli import COMMANDS, _command, _subcommand, build_parser
 
 
 def test_every_command_registers():
@@ -31,6 +31,41 @@ def test_a_command_imports_its_own_module_only():
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("argv, sub", [
+    (["eval", "score", "--out", "x"], "score"),
+    (["--log-level", "DEBUG", "eval", "run"], "run"),
+    (["eval", "--help"], None),
+    (["eval"], None),
+    (["nonsense", "score"], None),
+])
+def test_the_subcommand_is_the_word_after_the_command(argv, sub):
+    assert _subcommand(argv) == sub
+
+
+def test_scoring_does_not_import_torch():
+    # `eval run`'s sampler flags import torch (seconds); `eval score` builds its own parser alone.
+    code = ("import sys; from elfreg.cli import build_parser; "
+            "build_parser('eval', 'score'); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+    whole = subprocess.run([sys.executable, "-c", code.replace("build_parser('eval', 'score')",
+                                                               "build_parser('eval', 'run')")],
+                           capture_output=True, text=True, check=True).stdout
+    assert whole.strip() == "True"  # the test can fail: building `run` does import it
+
+
+def test_each_eval_subcommand_alone_has_the_options_it_has_in_the_whole_parser():
+    def options(parser, name):
+        ev = next(a for a in parser._actions if a.dest == "command").choices["eval"]
+        sub = next(a for a in ev._actions if a.dest == "eval_command").choices[name]
+        return {(a.dest, a.help) for a in sub._actions}
+    for name in ("score", "run"):
+        assert options(build_parser("eval", name), name) == options(build_parser(), name)
+    with pytest.raises(KeyError):
+        options(build_parser("eval", "score"), "run")
 
 
 # --- errors a person reads (issue #28): one line naming the file and what to do, exit code 2 -----------------------

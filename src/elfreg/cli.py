@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import logging
 import sys
 
@@ -50,8 +51,10 @@ def _show_defaults(parser: argparse.ArgumentParser) -> None:
         action.help += f" (default: {shown.replace('%', '%%')})"
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The top-level parser with every subcommand, or with ``command``'s alone."""
+def build_parser(command: str | None = None, subcommand: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand, or with ``command``'s alone; a module whose ``register`` takes
+    ``only`` is asked for ``subcommand``'s parser alone (``eval score`` does not build ``eval run``'s sampler flags,
+    which import torch: seconds per scoring command)."""
     parser = _Parser(prog="elfreg", description="ELF-REG: continuous diffusion language models.")
     parser.add_argument("--version", action="version", version=f"elfreg {__version__}")
     parser.add_argument("--log-level", default="INFO", help="logging level: DEBUG, INFO, WARNING, ERROR")
@@ -59,17 +62,33 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub.required = True
     for name, module in COMMANDS.items():
         if command is None or name == command:
-            importlib.import_module(module).register(sub)
+            register = importlib.import_module(module).register
+            if subcommand is not None and "only" in inspect.signature(register).parameters:
+                register(sub, only=subcommand)
+            else:
+                register(sub)
     _show_defaults(parser)
     return parser
 
 
-def _command(argv: list[str]) -> str | None:
-    """The subcommand named in ``argv`` (after the top-level options), if it is one."""
+def _command_index(argv: list[str]) -> int:
+    """The index of the first word after the top-level options."""
     i = 0
     while i < len(argv) and argv[i].startswith("-"):
         i += 2 if argv[i] == "--log-level" else 1
+    return i
+
+
+def _command(argv: list[str]) -> str | None:
+    """The subcommand named in ``argv`` (after the top-level options), if it is one."""
+    i = _command_index(argv)
     return argv[i] if i < len(argv) and argv[i] in COMMANDS else None
+
+
+def _subcommand(argv: list[str]) -> str | None:
+    """The word after the command when it is not an option (``score`` in ``elfreg eval score ...``), if any."""
+    i = _command_index(argv) + 1
+    return argv[i] if _command(argv) is not None and i < len(argv) and not argv[i].startswith("-") else None
 
 
 def _prog(args: argparse.Namespace) -> str:
@@ -97,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with CtrlC(interrupted) as ctrl:   # until ctrl.working, a Ctrl-C ends the process at once: nothing written
         try:
-            parser = build_parser(command)
+            parser = build_parser(command, _subcommand(argv))
             args, extra = parser.parse_known_args(argv)
             if getattr(args, "passthrough_args", False):
                 args.passthrough = extra   # a command whose flags belong to another tool (elfreg lm-eval)

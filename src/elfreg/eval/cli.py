@@ -25,10 +25,25 @@ from ..fingerprint import add_restart_argument  # noqa: E402
 from .run_model import add_code_scoring_arguments, claim_score_folder, register_run, time_rule  # noqa: E402
 
 
-def register(subparsers) -> argparse.ArgumentParser:
-    """Add ``eval`` with subcommand ``score`` to an argparse subparsers object; returns the ``eval`` parser."""
+SUBCOMMANDS = ("score", "run")
+
+
+def register(subparsers, only: str | None = None) -> argparse.ArgumentParser:
+    """Add ``eval`` with subcommands ``score`` and ``run`` to an argparse subparsers object; returns the ``eval``
+    parser. ``only``: build that subcommand alone when it is one of them (``run``'s sampler flags import torch)."""
     ev = subparsers.add_parser("eval", help="benchmarks, scoring and the code sandbox")
     sub = ev.add_subparsers(dest="eval_command", required=True)
+    if only not in SUBCOMMANDS:
+        only = None
+    if only in (None, "score"):
+        _register_score(sub)
+    if only in (None, "run"):
+        register_run(sub)
+    return ev
+
+
+def _register_score(sub) -> None:
+    """Add ``eval score`` to the ``eval`` subparsers."""
     sc = sub.add_parser("score", help="score a completions JSONL ({task_id, completion, sample} per line)")
     sc.add_argument("--benchmark", required=True, choices=default_registry().names(), help="benchmark to score against")
     sc.add_argument("--completions", required=True, type=input_file,
@@ -53,8 +68,6 @@ def register(subparsers) -> argparse.ArgumentParser:
     sc.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     add_restart_argument(sc)
     sc.set_defaults(func=run_score)
-    register_run(sub)
-    return ev
 
 
 def run_score(args: argparse.Namespace) -> int:
