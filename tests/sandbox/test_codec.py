@@ -152,3 +152,31 @@ def test_a_long_string_is_sent_as_text_exactly_up_to_the_threshold():
         assert encode_output(s) == {"v": json.dumps(s)} and len(json.dumps(s)) <= DIGEST_THRESHOLD
     for s in ("x" * (DIGEST_THRESHOLD - 1), "\n" * (DIGEST_THRESHOLD // 2), "y" * (3 * DIGEST_THRESHOLD)):
         assert encode_output(s) == digest_of(s)
+
+
+def test_a_long_plain_string_digests_as_its_json_text():
+    # the digest form writes a long ASCII string with nothing to escape without json's per-character pass: the
+    # same text as json.dumps, and every character json escapes (controls, quote, backslash, DEL) takes json's path
+    import hashlib
+
+    body = "0 1 2 " * (DIGEST_THRESHOLD // 5)
+    for c in map(chr, range(128)):
+        s = body + c
+        text = json.dumps(s)
+        assert encode_output(s) == {"sha": hashlib.sha256(text.encode()).hexdigest(), "n": len(text)}, repr(c)
+        assert digest_of([s, 1]) == digest_of([s, 1.0])
+    for s in (body + "é", body + "\u2603", body + "\ud800"):
+        text = json.dumps(s)
+        assert encode_output(s) == {"sha": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+                                    "n": len(text)}
+
+
+def test_a_number_list_past_the_text_limit_digests_as_one_computed_from_scratch():
+    # the text pass computes a long list's blob once and the digest pass reuses it: the result is the digest of
+    # the same value built afresh (another object, nothing cached) and of its parts by value
+    n = DIGEST_THRESHOLD  # 2n - 1 characters of text at least: past the text limit before any blob
+    mixed = [i if i % 3 else i + 0.5 for i in range(n)]
+    got = encode_output(mixed)
+    assert "sha" in got and got == digest_of(list(mixed)) == digest_of([float(x) for x in mixed])
+    assert encode_output([[1] + mixed, mixed]) == digest_of([[1.0] + mixed, list(mixed)])
+    assert encode_output([2 ** 53 + 1] + mixed) != encode_output([2.0 ** 53] + mixed)  # an inexact int keeps its text
