@@ -148,3 +148,19 @@ def test_an_elf_teacher_distils_too(tmp_path, tiny_lm_dir):
         None, distill_overrides(**{"distill.rounds": "[1]"}), teacher=teacher))
     model = ElfModel.from_pretrained(res.model_dir)
     assert model.config.model.extra_token == "none" and model.distill.steps == 1
+
+
+def test_the_command_plans_distils_and_generate_uses_the_record(tmp_path, teacher, capsys):
+    from elfreg.cli import main
+
+    over = distill_overrides(**{"distill.rounds": "[4,1]"})
+    assert main(["distill", "--teacher", str(teacher), "--dry-run", *over]) == 0
+    plan = capsys.readouterr().out
+    assert "round-1-4-steps" in plan and "round-2-1-steps" in plan and "1/64" in plan and "counted" in plan
+    assert "16" in plan.split("round-1-4-steps")[1].splitlines()[0]          # 64 / 4 teacher sub-steps
+    out = tmp_path / "run"
+    assert main(["distill", "--teacher", str(teacher), "--output", str(out), *over]) == 0
+    assert "samples at NFE 2 by default" in capsys.readouterr().out
+    assert main(["generate", "--model", str(out / "model"), "--prompt", "what is 2 plus 3 ?", "--device", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert "NFE per sample: 2" in err.replace("NFE per sample: all 2", "NFE per sample: 2"), err

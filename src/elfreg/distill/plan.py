@@ -64,7 +64,11 @@ def distill_plan(run: DistillRunConfig, teacher: str | Path | None = None) -> tu
         p = run.paper
         tokens = int(p.tokens / (p.tokens_epochs or p.epochs)) if p.tokens and p.epochs else 0
         counts = dict(rows=p.rows, overflow=[0, 0], tokens_per_epoch=tokens, max_tokens=0)
-        source = f"the paper's row count {p.rows:,} (the data could not be counted here: {str(exc).splitlines()[0]})"
+        from elfreg.train.plan import SourcesUnreachable
+
+        why = ("its sources are on the Hugging Face hub, unreachable here" if isinstance(exc, SourcesUnreachable)
+               else str(exc).splitlines()[0].rstrip(":"))
+        source = f"the paper's count; the data was not counted: {why}"
     rounds = pd_rounds(d.rounds, d.teacher_grid) if d.method == "pd" else [None]
     out = []
     for i, (n, r) in enumerate(zip(d.stages, rounds), start=1):
