@@ -163,4 +163,4 @@ def test_the_command_plans_distils_and_generate_uses_the_record(tmp_path, teache
     assert "samples at NFE 2 by default" in capsys.readouterr().out
     assert main(["generate", "--model", str(out / "model"), "--prompt", "what is 2 plus 3 ?", "--device", "cpu"]) == 0
     err = capsys.readouterr().err
-    assert "NFE per sample: 2" in err.replace("NFE per sample: all 2", "NFE per sample: 2"), err
+    assert "NFE per sample: mean 2.00 over 1 (min 2, max 2)" in err, err

@@ -134,7 +134,11 @@ def load_distill_config(path: str | Path | None = None, overrides: list[str] = (
     run = teacher_run_config(teacher) if teacher is not None else None
     if run is not None:
         saved = load_yaml(run)
-        data = _merge(data, {k: saved[k] for k in ("data", "canvas") if k in saved})
+        taken = {k: saved[k] for k in ("data", "canvas") if isinstance(saved.get(k), dict)}
+        # the run's validation scored its sampler at train.validate_nfe: not a few-step student's measure
+        taken.get("data", {}).pop("validation", None)
+        taken.get("data", {}).pop("cache_dir", None)   # the teacher run's own folder: a distillation caches its own
+        data = _merge(data, taken)
     where = str(path) if path is not None else "config"
     if path is not None:
         own = load_yaml(path)

@@ -52,16 +52,20 @@ def stage_name(method: str, index: int, steps: int) -> str:
     return f"round-{index}-{steps}-steps" if method == "pd" else "flowmap"
 
 
-def stage_config(run: DistillRunConfig, teacher: ElfRegConfig, index: int) -> RunConfig:
+def stage_config(run: DistillRunConfig, teacher: ElfRegConfig, index: int, output: Path | None = None) -> RunConfig:
     """The training config of stage ``index`` (1-based): the teacher's model (a flow map gets the jump's time input),
     its objective with the run's branch shares and without REPA (not part of distillation), its backbones; the run's
-    train section with this stage's budget and seed (seed + index - 1), data and canvas."""
+    train section with this stage's budget and seed (seed + index - 1), data and canvas. Cached features go to
+    ``output``/feature-cache unless data.cache_dir says otherwise: every stage reads the same cache."""
     d, ec = run.distill, teacher
+    data = run.data
+    if data.features == "cached" and data.cache_dir is None and output is not None:
+        data = dataclasses.replace(data, cache_dir=str(Path(output) / "feature-cache"))
     model = dataclasses.replace(ec.model, flow_map=d.method == "flowmap")
     objective = dataclasses.replace(d.objective(ec.objective), use_repa=False)
     train = dataclasses.replace(run.train, seed=run.train.seed + index - 1, epochs=d.epochs_per_round,
                                 steps=d.steps_per_round, match_backbones=False, head_vocab="full")
-    return RunConfig(model=model, objective=objective, backbones=ec.backbones, train=train, data=run.data,
+    return RunConfig(model=model, objective=objective, backbones=ec.backbones, train=train, data=data,
                      canvas=run.canvas)
 
 
@@ -204,7 +208,7 @@ def distill(teacher: str | Path, output: str | Path, run: DistillRunConfig, resu
     record = None
     for i, (n, round_) in enumerate(zip(stages, rounds), start=1):
         folder = output / stage_name(d.method, i, n)
-        cfg = stage_config(run, teacher_model.config, i)
+        cfg = stage_config(run, teacher_model.config, i, output)
         record = DistillRecord(teacher=str(teacher), method=d.method, rounds=stages[:i], steps=n,
                                trained_steps=list(trained),
                                sampler={"sampler": "full-span", "grid": "uniform",
