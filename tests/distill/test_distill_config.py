@@ -61,3 +61,11 @@ def test_a_round_count_out_of_range_is_one_line(tmp_path):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "distill.rounds" in lines[0] and "out of range" in lines[0], lines
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs" / "distill").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_distill_preset_loads(path):
+    cfg = load_distill_config(path)
+    assert cfg.base is not None and cfg.distill.method == "pd" and cfg.distill.rounds == [16, 8, 4, 2, 1]
+    if path.stem != "demo":
+        assert cfg.data.sources and cfg.paper.rows and cfg.distill.epochs_per_round == 1
