@@ -96,9 +96,12 @@ def distill_loss(student, teacher, batch: TrainBatch, draws, cfg: ObjectiveConfi
         if r_q is not None:
             r_q[sc] = dr0
 
-    # Targets (no gradient).
+    # Targets (no gradient). A batch may hold no distillation row (every row drew the decoder branch).
+    x_star, r_star = z, r
     with torch.no_grad():
-        if method == "pd":
+        if not len(rows_den):
+            pass
+        elif method == "pd":
             grid = pd.sub_grid(t_s, round_.step, draws.sub_normals[rows_den, :round_.sub_steps - 1],
                                cfg.t_mean, cfg.t_std)
             z_t, r_t = pd.teacher_chain(teacher, z, q, grid, w, kp, xp, floor, r, r_q)
