@@ -26,6 +26,11 @@ def test_round_counts_out_of_range_are_refused(rounds, why):
         DistillConfig(rounds=rounds)
 
 
+def test_fsdp_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="train.parallel.*DDP only"):
+        load_distill_config(None, ["train.parallel=fsdp"])
+
+
 def test_the_budget_is_given_once_and_per_round():
     with pytest.raises(ConfigError, match="epochs_per_round"):
         DistillConfig(epochs_per_round=1.0, steps_per_round=10)

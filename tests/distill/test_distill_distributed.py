@@ -1,4 +1,4 @@
-"""Distillation on 2 processes (CPU, gloo): the same student as one process with the same global batch."""
+"""Distillation on 2 processes (CPU, gloo, DDP): the same student as one process with the same global batch."""
 
 import json
 import socket
@@ -21,8 +21,8 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["pd", "flowmap"])
-def test_ddp_two_ranks_match_single_process(tmp_path, tiny_lm_dir, method):
+@pytest.mark.parametrize("method, parallel", [("pd", "ddp"), ("flowmap", "ddp")])
+def test_two_ranks_match_single_process(tmp_path, tiny_lm_dir, method, parallel):
     teacher = str(train_teacher(tmp_path / "teacher", tiny_lm_dir))
     # fp32 and the reference Muon (fp32 Newton-Schulz): reduction-order differences stay at rounding level. Half the
     # rows on the decoder branch: a student that starts as its (4-step) teacher has a distillation loss near 1e-7,
@@ -30,7 +30,7 @@ def test_ddp_two_ranks_match_single_process(tmp_path, tiny_lm_dir, method):
     # lr-sized differences; the CE rows give every weight a gradient well above it
     over = distill_overrides(**{"distill.rounds": "[2]", "distill.method": method, "distill.steps_per_round": 2,
                                 "distill.decoder_prob": 0.5, "train.muon_impl": "reference",
-                                "train.precision": "fp32"})
+                                "train.precision": "fp32", "train.parallel": parallel})
     res = distill(teacher, tmp_path / "single", load_distill_config(None, over, teacher=teacher))
     ref = ck.load_tensors(ck.latest_checkpoint(res.output / res.summary["stages"][-1]["folder"]) /
                           "weights.safetensors")
