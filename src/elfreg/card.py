@@ -237,6 +237,13 @@ def _training_lines(training: dict | None) -> list[str]:
         where = (f"Hub dataset {md_text(s['hub_id'])}" if s.get("hub_id")
                  else f"local file {md_text(s.get('file') or _local_name(s.get('path')) or '?')}")
         lines.append(f"- **Data source** {md_text(s.get('name'))} ({md_text(s.get('task'))}): {where}.")
+    dist = t.get("distill")
+    if dist:
+        steps = ", ".join(str(n) for n in dist.get("rounds", []))
+        lines.append(f"- **Distilled** from {md_text(dist.get('teacher'))} by "
+                     f"{'progressive distillation' if dist.get('method') == 'pd' else 'a flow map'} (student steps "
+                     f"per stage: {md_text(steps)}); it samples with {md_text(dist.get('sampler', {}).get('sampler'))} "
+                     f"at NFE {md_text(dist.get('sampler', {}).get('nfe'))} unless told otherwise (elfreg distill).")
     tr = t.get("config", {}).get("train", {})
     keys = ("optimizer", "lr", "lr_schedule", "batch_size", "grad_accum", "ema_decay")
     shown = ", ".join(f"{k}={md_text(tr[k])}" for k in keys if k in tr)

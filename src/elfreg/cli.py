@@ -16,6 +16,7 @@ from elfreg.ctrlc import INTERRUPTED, CtrlC
 # command. A run imports its own command's module only: the others pull in matplotlib, lm-eval and more (seconds).
 COMMANDS = {
     "train": "elfreg.train.cli",
+    "distill": "elfreg.distill.cli",
     "generate": "elfreg.generate.cli",
     "data": "elfreg.data.cli",
     "diagnose": "elfreg.diagnose.cli",

@@ -56,6 +56,9 @@ class ModelConfig:
     repa_hidden: int = 2048
     # restrict the vocab head to these tokenizer ids (filled by train.head_vocab: responses, and by the demo)
     head_token_ids: list[int] | None = None
+    # a flow-map student (elfreg distill --method flowmap): its time inputs carry the jump's start t and end t_to;
+    # the end enters through one more time embedder of t_to - t, added to the time tokens (0: the plain denoiser)
+    flow_map: bool = False
 
     def __post_init__(self) -> None:
         check_ranges(self, MODEL_RANGES, "model.")

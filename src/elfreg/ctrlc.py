@@ -21,6 +21,7 @@ from typing import Callable
 # What a Ctrl-C leaves behind, by command ({out}: the output the command was given).
 INTERRUPTED = {
     "train": "the complete checkpoints in {out} are kept; the same command resumes from the newest",
+    "distill": "the finished stages and the complete checkpoints in {out} are kept; the same command resumes",
     "generate": "the samples already in {out} are kept; the same command resumes (it skips them)",
     "eval": "the rows already in {out} (scored; eval run: generated too) are kept; the same command resumes (it "
             "skips them)",

@@ -56,6 +56,6 @@ def resolve_model_dir(name_or_path: str | Path, revision: str | None = None) -> 
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(text, revision=revision, allow_patterns=[*FILES, "README.md"]))
+        return Path(snapshot_download(text, revision=revision, allow_patterns=[*FILES, "README.md", "distill.json"]))
     except Exception as exc:  # network errors, missing repos: say which model could not be had
         raise FileNotFoundError(f"cannot load model {text!r} from the Hugging Face hub: {exc}") from exc

@@ -66,6 +66,9 @@ class ElfModel:
         self._backbones = None
         self._device = torch.device("cpu")
         self.folder: Path | None = None   # the folder it was loaded from or last saved to (push_to_hub's default)
+        # a distilled model's record (elfreg.distill.record: teacher, method, rounds, sampler defaults), saved as
+        # distill.json; None for a trained model
+        self.distill = None
 
     # -- construction -------------------------------------------------------------------------------------------
     @classmethod
@@ -102,6 +105,10 @@ class ElfModel:
         atomic_write_text(folder / "config.json", json.dumps(payload, indent=2))
         for name in FILES:
             make_shareable(folder / name)
+        if self.distill is not None:
+            from elfreg.distill.record import write_record
+
+            make_shareable(write_record(folder, self.distill))
         write_card(folder, payload, self.prompt_template, training)
         self.folder = folder
         return folder
@@ -154,6 +161,9 @@ class ElfModel:
         model = cls(config, student.eval(), FeatureStats.from_tensors(stats, "x"), FeatureStats.from_tensors(stats, "reg"),
                     FeatureStats.from_tensors(stats, "teacher"), prompt_template=template)
         model.folder = folder
+        from elfreg.distill.record import read_record
+
+        model.distill = read_record(folder)
         return model.to(device)
 
     def to(self, device: str | torch.device) -> "ElfModel":
@@ -166,13 +176,15 @@ class ElfModel:
         return self._device
 
     # -- text in, text out ---------------------------------------------------------------------------------------
-    def generate(self, prompts: list[str], *, sampler: str = "early-stop", nfe: int = 64, samples: int = 1,
+    def generate(self, prompts: list[str], *, sampler: str | None = None, nfe: int | None = None, samples: int = 1,
                  seed: int = 0, task: str | None = None, **sampler_options) -> list[str] | list[list[str]]:
         """Answers to ``prompts``: one text each, or a list of ``samples`` texts each when samples > 1.
 
         The same noise keys, settings and outputs as ``elfreg generate`` (prompt i, sample s); each prompt goes in the
         saved template; answers are cut at the response and the first EOS. ``task`` sets w and the adaptive exit's
-        answer; ``sampler_options``: other sampler settings (rho, w, sigma, ...; default sigma: the training one),
+        answer; ``sampler`` / ``nfe`` None: early-stop at 64 NFE, or a distilled model's own defaults (its
+        distill.json: full-span on the uniform grid at its steps + 1); ``sampler_options``: other sampler settings
+        (rho, w, grid, sigma, ...; default sigma: the training one),
         ``batch_size`` (16), ``batch_invariant`` (default per device), ``precision`` (auto, bf16, fp32),
         ``formatted=True`` (prompts used as given), ``on_step`` and ``every`` (watch each sample's text while it is
         made: ``on_step(views)`` at every ``every``-th denoiser call, elfreg.sampling.watch.StepView; its decoder

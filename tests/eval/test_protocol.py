@@ -149,3 +149,14 @@ def test_parse_ks():
     for bad in ("", "0", "1,a", "2.5", "-1", ","):
         with pytest.raises(ValueError, match="--k"):
             parse_ks(bad)
+
+
+def test_a_distilled_models_own_sampler_and_nfe_stand_in_for_the_builtin_defaults():
+    own = {"sampler": "full-span", "grid": "uniform", "nfe": 2}
+    (run,) = resolve_runs("none", "gsm8k", NONE, own)
+    assert (run.values["sampler"], run.values["nfe"]) == ("full-span", 2)
+    assert run.origin["sampler"] == run.origin["nfe"] == "model"
+    (given,) = resolve_runs("none", "gsm8k", NONE | {"nfe": 5}, own)
+    assert given.values["nfe"] == 5 and given.origin["nfe"] == "user"
+    runs = resolve_runs("paper", "math500", NONE, own)            # a protocol's settings are the protocol's
+    assert all(r.origin["nfe"] == "protocol:paper" for r in runs)

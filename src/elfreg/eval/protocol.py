@@ -250,16 +250,20 @@ class ResolvedSettings:
         return d
 
 
-def _resolve_run(protocol: str, run: ProtocolRun | None, user: dict[str, Any], benchmark: str) -> ResolvedSettings:
+def _resolve_run(protocol: str, run: ProtocolRun | None, user: dict[str, Any], benchmark: str,
+                 model_defaults: dict[str, Any] | None = None) -> ResolvedSettings:
     tag = f"protocol:{protocol}"
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}
     defaults = builtin_defaults() if run is None else {}
+    own = {k: v for k, v in (model_defaults or {}).items() if k in ("sampler", "nfe")}
     for key in ("sampler", "nfe", "rho", "samples"):
         if user.get(key) is not None:
             values[key], origin[key] = user[key], "user"
         elif run is not None:
             values[key], origin[key] = getattr(run, key), tag
+        elif key in own:
+            values[key], origin[key] = own[key], "model"
         else:
             values[key], origin[key] = defaults[key], "default"
     # w: an explicit --w or --task preset wins, then the protocol, then the benchmark kind's preset.
@@ -285,19 +289,21 @@ def _resolve_run(protocol: str, run: ProtocolRun | None, user: dict[str, Any], b
                             run.label if run else "", (run,) if run else ())
 
 
-def resolve_runs(protocol: str, benchmark: str, user: dict[str, Any]) -> list[ResolvedSettings]:
+def resolve_runs(protocol: str, benchmark: str, user: dict[str, Any],
+                 model_defaults: dict[str, Any] | None = None) -> list[ResolvedSettings]:
     """The sampling runs of ``benchmark`` under ``protocol``, each merged with the ``user`` flags (None = not given).
 
     ``user`` keys: sampler, nfe, rho, samples, w, task (a w preset name), ks. A flag applies to every run; runs that
     the flags make identical are merged into one (their ks joined). When nothing sets w, origin["w"] is
     "default (benchmark kind)" and values["w"] and values["task"] are None: the caller fills in the kind's preset.
     Raises ValueError before any work on an unknown protocol, a benchmark the protocol does not cover, a bad
-    --samples, or a user-given k larger than the samples.
+    --samples, or a user-given k larger than the samples. ``model_defaults``: the model's own sampler and NFE (a
+    distilled model's record), used in place of the built-in defaults (origin "model").
     """
     if user.get("samples") is not None and user["samples"] < 1:
         raise ValueError(f"--samples: need >= 1, got {user['samples']}")
     entry = protocol_entry(protocol, benchmark)
-    runs = [_resolve_run(protocol, r, user, benchmark) for r in (entry.runs if entry else (None,))]
+    runs = [_resolve_run(protocol, r, user, benchmark, model_defaults) for r in (entry.runs if entry else (None,))]
     merged: list[ResolvedSettings] = []
     for r in runs:
         key = {k: r.values[k] for k in ("sampler", "nfe", "rho", "samples", "w", "task")}

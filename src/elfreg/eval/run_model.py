@@ -325,9 +325,12 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     if args.benchmark not in (*registry.names(), CUSTOM):
         raise ValueError(f"--benchmark: unknown benchmark {args.benchmark!r}; one of {', '.join(registry.names())}, "
                          f"{CUSTOM}")
+    from elfreg.distill.record import sampler_defaults
+
     runs = resolve_runs(args.protocol, args.benchmark,
                         {k: getattr(args, k, None) for k in ("sampler", "nfe", "rho", "samples", "w", "task")}
-                        | {"ks": parse_ks(args.k) if args.k is not None else None})
+                        | {"ks": parse_ks(args.k) if args.k is not None else None},
+                        sampler_defaults(args.model))   # a distilled model samples as its record says
     # bad limits fail before any work
     ScoreOptions(workers=args.workers, time_rule=time_rule(args), text_limit_s=args.text_limit,
                  max_completion_bytes=args.max_completion_bytes)

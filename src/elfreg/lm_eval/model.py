@@ -83,8 +83,8 @@ def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
 class ElfLM(LM):
     """An elfreg model (folder or hub id) as an lm-eval LM: ``generate_until`` only (module docstring)."""
 
-    def __init__(self, pretrained: Any = None, sampler: str = "early-stop", nfe: int = 64, rho: int = 8,
-                 grid: str = "logit-normal", p: float = 0.5, eta: float = 1.2, w: float | None = None,
+    def __init__(self, pretrained: Any = None, sampler: str | None = None, nfe: int | None = None, rho: int = 8,
+                 grid: str | None = None, p: float = 0.5, eta: float = 1.2, w: float | None = None,
                  task: str | None = None, sigma: float | None = None, drop_reg: bool = False, seed: int = 0,
                  check_every: int = DEFAULT_EXIT["check_every"], patience: int = DEFAULT_EXIT["patience"],
                  min_nfe: int = DEFAULT_EXIT["min_nfe"], extract: str | None = None,
@@ -107,8 +107,16 @@ class ElfLM(LM):
         w = _as(float, "w", w)
         if w is None:
             w = w_for_task(str(task)) if task else SamplerConfig.w
+        # sampler, nfe and grid not given: a distilled model folder's own (its distill.json), else early-stop at 64
+        from elfreg.distill.record import sampler_defaults
+        from elfreg.sampling.config import with_model_defaults
+
+        chosen = with_model_defaults(sampler_defaults(pretrained) if isinstance(pretrained, str) else {},
+                                     None if sampler is None else str(sampler), _as(int, "nfe", nfe),
+                                     None if grid is None else str(grid))
         # every sampler setting is checked here, before the model is loaded
-        cfg = SamplerConfig(sampler=str(sampler), nfe=_as(int, "nfe", nfe), rho=_as(int, "rho", rho), grid=str(grid),
+        cfg = SamplerConfig(sampler=chosen["sampler"], nfe=chosen["nfe"], rho=_as(int, "rho", rho),
+                            grid=chosen["grid"],
                             p=_as(float, "p", p), eta=_as(float, "eta", eta), w=w,
                             drop_reg=_as(bool, "drop_reg", drop_reg),
                             seed=_as(int, "seed", seed), check_every=_as(int, "check_every", check_every),

@@ -48,6 +48,11 @@ class ElfStudent(nn.Module):
                                        init_linear(nn.Linear(cfg.bottleneck_dim, h)))
         self.t_embedder = ScalarEmbedder(h)
         self.w_embedder = ScalarEmbedder(h)
+        if cfg.flow_map:
+            # the jump's length t_to - t; its last layer starts at zero, so a flow map made from a denoiser starts as
+            # that denoiser (a jump = one Euler step of its prediction)
+            self.jump_embedder = ScalarEmbedder(h)
+            nn.init.zeros_(self.jump_embedder.mlp[2].weight)
         self.time_tokens = nn.Parameter(torch.randn(1, cfg.num_time_tokens, h) * 0.02)
         self.w_tokens = nn.Parameter(torch.randn(1, cfg.num_w_tokens, h) * 0.02)
         self.mode_tokens = nn.Parameter(torch.randn(1, cfg.num_mode_tokens, h) * 0.02)
@@ -144,11 +149,13 @@ class ElfStudent(nn.Module):
 
     # -- forward ------------------------------------------------------------------------------------------------
     def forward(self, z: Tensor, q: Tensor, t: Tensor, w: Tensor, *, reg: Tensor | None = None,
-                reg_q: Tensor | None = None, decoder: bool | Tensor = False, repa: bool = False) -> StudentOutput:
+                reg_q: Tensor | None = None, decoder: bool | Tensor = False, repa: bool = False,
+                t_to: Tensor | None = None) -> StudentOutput:
         """One network call (spec §1, §5).
 
         z, q: (B, L, d) state and self-conditioning input; t, w: (B,); reg, reg_q: (B, d_r) for a REG model
         (reg=None omits the REG token: the "REG removed at inference" ablation); decoder: bool or (B,) bool mask.
+        t_to (B,): a flow-map model's jump end (None: t_to = t, the instantaneous prediction); other models refuse it.
         """
         cfg = self.config
         b, length, d = z.shape
@@ -162,11 +169,15 @@ class ElfStudent(nn.Module):
             raise ValueError(f"t and w must have shape ({b},), got {tuple(t.shape)} and {tuple(w.shape)}")
         if cfg.extra_token == "reg" and reg is not None and reg.shape != (b, cfg.reg_dim):
             raise ValueError(f"reg must have shape ({b}, {cfg.reg_dim}), got {tuple(reg.shape)}")
+        if t_to is not None and not cfg.flow_map:
+            raise ValueError("t_to: only a flow-map model (model.flow_map) takes a jump end")
+        if t_to is not None and t_to.shape != (b,):
+            raise ValueError(f"t_to must have shape ({b},), got {tuple(t_to.shape)}")
         weights = self._input_weights()
         if self.training or not self.invariant_rows:
             return self._forward(z, q, t, w, reg, reg_q, decoder, repa, weights,
-                                 row_local=self.row_local_layers and not self.training)
-        return self._forward_in_chunks(self.invariant_rows, z, q, t, w, reg, reg_q, decoder, repa, weights)
+                                 row_local=self.row_local_layers and not self.training, t_to=t_to)
+        return self._forward_in_chunks(self.invariant_rows, z, q, t, w, reg, reg_q, decoder, repa, weights, t_to)
 
     @property
     def row_by_row(self) -> bool:
@@ -179,7 +190,7 @@ class ElfStudent(nn.Module):
 
     def _forward_in_chunks(self, size: int, z: Tensor, q: Tensor, t: Tensor, w: Tensor, reg: Tensor | None,
                            reg_q: Tensor | None, decoder: bool | Tensor, repa: bool,
-                           weights: tuple[Tensor, Tensor, Tensor]) -> StudentOutput:
+                           weights: tuple[Tensor, Tensor, Tensor], t_to: Tensor | None = None) -> StudentOutput:
         """``_forward`` on chunks of exactly ``size`` rows (the last padded with zero rows), each from inputs in
         memory of its own; the real rows' outputs concatenated.
 
@@ -206,7 +217,7 @@ class ElfStudent(nn.Module):
             n = z[s].shape[0]
             dec = chunk(decoder, s, n, False) if isinstance(decoder, Tensor) else decoder
             out = self._forward(chunk(z, s, n), chunk(q, s, n), chunk(t, s, n), chunk(w, s, n), chunk(reg, s, n),
-                                chunk(reg_q, s, n), dec, repa, weights, whole_head=size > 1)
+                                chunk(reg_q, s, n), dec, repa, weights, whole_head=size > 1, t_to=chunk(t_to, s, n))
             for name in ("x_hat", "reg_hat", "repa_hidden", "repa_extra"):
                 value = getattr(out, name)
                 if value is not None:
@@ -224,7 +235,7 @@ class ElfStudent(nn.Module):
 
     def _forward(self, z: Tensor, q: Tensor, t: Tensor, w: Tensor, reg: Tensor | None, reg_q: Tensor | None,
                  decoder: bool | Tensor, repa: bool, weights: tuple[Tensor, Tensor, Tensor],
-                 whole_head: bool = False, row_local: bool = False) -> StudentOutput:
+                 whole_head: bool = False, row_local: bool = False, t_to: Tensor | None = None) -> StudentOutput:
         """The network on a batch in one pass (``forward`` has checked the shapes); ``whole_head``: a decoder mask's
         logits come from the vocab head over every row (a fixed shape), then the mask's rows; ``row_local``: the
         layers whose kernels depend on the row count run each row alone (``layers.by_row``)."""
@@ -234,6 +245,9 @@ class ElfStudent(nn.Module):
         x = self._input_path(z, q, weights, rl)
         with torch.autocast(z.device.type, enabled=False):
             t_tok = self.time_tokens + self.t_embedder(t, rl)[:, None]
+            if cfg.flow_map:
+                jump = torch.zeros_like(t) if t_to is None else (t_to - t).to(t.dtype)
+                t_tok = t_tok + self.jump_embedder(jump, rl)[:, None]
             w_tok = self.w_tokens + self.w_embedder(w, rl)[:, None]
         gate = decoder.to(x.dtype) if isinstance(decoder, Tensor) else torch.full((b,), float(decoder), device=z.device)
         mode_tok = self.mode_tokens * gate.reshape(b, 1, 1).to(x.dtype)

@@ -9,7 +9,7 @@ from typing import Any
 
 from elfreg.cliargs import device
 from elfreg.sampling.config import (BATCH, EXIT_RANGES, GRIDS, SAMPLER_RANGES, SAMPLERS, SAMPLES, W_PRESETS,
-                                    SamplerConfig)
+                                    SamplerConfig, with_model_defaults)
 from elfreg.sampling.exit import DEFAULT_EXIT
 from elfreg.sampling.generate import PROMPT_FORMATS, GenerationJob
 from elfreg.sampling.text import TASKS, sampler_config
@@ -28,13 +28,16 @@ def _presets_text() -> str:
 
 def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
     """Sampler and batching flags shared by `elfreg generate`, `elfreg eval run` and `elfreg serve`."""
-    p.add_argument("--sampler", default="early-stop", help=f"one of {', '.join(SAMPLERS)}")
-    p.add_argument("--nfe", type=SAMPLER_RANGES["nfe"].arg, default=64,
+    p.add_argument("--sampler", default=None,
+                   help=f"one of {', '.join(SAMPLERS)} (default: {SamplerConfig.sampler}; a distilled model's own, "
+                        "full-span)")
+    p.add_argument("--nfe", type=SAMPLER_RANGES["nfe"].arg, default=None,
                    help="N: network calls per sample (N-1 denoiser + 1 decoder); adaptive: the most a sample may "
-                        "spend (max_nfe)")
+                        f"spend (max_nfe) (default: {SamplerConfig.nfe}; a distilled model's own, its steps + 1)")
     p.add_argument("--rho", type=SAMPLER_RANGES["rho"].arg, default=8,
                    help="early-stop / renoise master grid ratio (M = rho*N)")
-    p.add_argument("--grid", default="logit-normal", help=f"one of {', '.join(GRIDS)}")
+    p.add_argument("--grid", default=None,
+                   help=f"one of {', '.join(GRIDS)} (default: {SamplerConfig.grid}; a distilled model's own, uniform)")
     p.add_argument("--p", type=SAMPLER_RANGES["p"].arg, default=0.5, help="renoise grid power")
     p.add_argument("--eta", type=SAMPLER_RANGES["eta"].arg, default=1.2, help="renoise noise multiplier")
     p.add_argument("--w", type=SAMPLER_RANGES["w"].arg, default=None,
@@ -75,10 +78,17 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
 def sampler_config_from_args(args: argparse.Namespace, **given: Any) -> SamplerConfig:
     """SamplerConfig from parsed arguments, a sampler setting in ``given`` (e.g. a protocol run's) overriding its flag;
     ValueError naming the field on bad input."""
+    from elfreg.distill.record import sampler_defaults
+
     flags = dict(task=args.task, w=args.w, extract=args.extract, sigma=args.sigma, sampler=args.sampler, nfe=args.nfe,
                  rho=args.rho, grid=args.grid, p=args.p, eta=args.eta, drop_reg=args.drop_reg, seed=args.seed,
                  check_every=args.check_every, patience=args.patience, min_nfe=args.min_nfe)
-    return sampler_config(**{**flags, **{k: v for k, v in given.items() if k in flags}})
+    flags = {**flags, **{k: v for k, v in given.items() if k in flags}}
+    # the sampler, NFE and grid not given: the model folder's own (a distilled model's record), else the defaults
+    model = getattr(args, "model", None)
+    flags.update(with_model_defaults(sampler_defaults(model) if model else {}, flags["sampler"], flags["nfe"],
+                                     flags["grid"]))
+    return sampler_config(**flags)
 
 
 def generation_job(args: argparse.Namespace, cfg: SamplerConfig | None = None, **given: Any) -> GenerationJob:

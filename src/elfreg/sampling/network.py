@@ -92,7 +92,9 @@ class NFECounter:
 
     def __call__(self, z: torch.Tensor, q: torch.Tensor, t: torch.Tensor, w: torch.Tensor, *,
                  reg: torch.Tensor | None = None, reg_q: torch.Tensor | None = None,
-                 decoder: bool | torch.Tensor = False) -> Any:
+                 decoder: bool | torch.Tensor = False, t_to: torch.Tensor | None = None) -> Any:
+        # a flow-map model's jump end goes through only when given: other networks never see the keyword
+        extra = {} if t_to is None else {"t_to": t_to}
         if self._apart is not None:
             if z.shape[0] != len(self._apart):
                 raise RuntimeError(f"NFECounter: a view call on {z.shape[0]} rows, {len(self._apart)} named")
@@ -100,7 +102,7 @@ class NFECounter:
             for r in self._apart:
                 if r < len(self.count.row_view):
                     self.count.row_view[r] += 1
-            return self.network(z, q, t, w, reg=reg, reg_q=reg_q, decoder=decoder)
+            return self.network(z, q, t, w, reg=reg, reg_q=reg_q, decoder=decoder, **extra)
         is_decoder = bool(decoder.any()) if isinstance(decoder, torch.Tensor) else bool(decoder)
         if self.rows is not None:
             if z.shape[0] != len(self.rows):
@@ -112,10 +114,15 @@ class NFECounter:
             self.count.decoder_calls += 1
         else:
             self.count.denoiser_calls += 1
-        return self.network(z, q, t, w, reg=reg, reg_q=reg_q, decoder=decoder)
+        return self.network(z, q, t, w, reg=reg, reg_q=reg_q, decoder=decoder, **extra)
 
     def head_to_token_ids(self, idx: torch.Tensor) -> torch.Tensor:
         return self.network.head_to_token_ids(idx)
+
+
+def is_flow_map(config: Any) -> bool:
+    """True for a flow-map network (model.flow_map): each denoiser call is told its jump's end, the next grid time."""
+    return getattr(config, "flow_map", False) is True
 
 
 def uses_reg_state(config: Any, drop_reg: bool) -> bool:

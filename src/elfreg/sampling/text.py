@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from elfreg.sampling.config import SamplerConfig, task_w
+from elfreg.sampling.config import SamplerConfig, task_w, with_model_defaults
 from elfreg.sampling.pipeline import GenerationPipeline
 from elfreg.sampling.watch import StepView, Watch
 from elfreg.tasks.registry import extract_for, task_names
@@ -60,20 +60,25 @@ def model_pipeline(model: Any, cfg: SamplerConfig, *, batch_size: int = 16, form
                           batch_invariant=batch_invariant, precision=precision)
 
 
-def model_sampler_config(model: Any, sampler: str = "early-stop", nfe: int = 64, seed: int = 0,
+def model_sampler_config(model: Any, sampler: str | None = None, nfe: int | None = None, seed: int = 0,
                          task: str | None = None, **options: Any) -> SamplerConfig:
-    """``sampler_config`` with the model's training sigma as the default noise scale (as ``elfreg generate``)."""
+    """``sampler_config`` with the model's training sigma as the default noise scale (as ``elfreg generate``); the
+    sampler, NFE and grid not given are the model's (a distilled model's record), else early-stop at 64 NFE."""
+    from elfreg.distill.record import sampler_defaults
+
     if options.get("sigma") is None:
         options["sigma"] = model.config.objective.sigma
-    return sampler_config(sampler=sampler, nfe=nfe, seed=seed, task=task, **options)
+    chosen = with_model_defaults(sampler_defaults(model), sampler, nfe, options.pop("grid", None))
+    return sampler_config(seed=seed, task=task, **chosen, **options)
 
 
-def generate_texts(model: Any, prompts: str | Sequence[str], *, sampler: str = "early-stop", nfe: int = 64,
+def generate_texts(model: Any, prompts: str | Sequence[str], *, sampler: str | None = None, nfe: int | None = None,
                    samples: int = 1, seed: int = 0, task: str | None = None, batch_size: int = 16,
                    formatted: bool = False, batch_invariant: bool | None = None, precision: str = "auto",
                    on_step: Callable[[list[StepView]], None] | None = None, every: int = 1,
                    **sampler_options: Any) -> list[str] | list[list[str]]:
     """The answers of ``ElfModel.generate``: one text per prompt, or a list of ``samples`` texts per prompt.
+    ``sampler`` / ``nfe`` None: the model's defaults (``model_sampler_config``).
 
     Each prompt goes into the model's saved template (unless ``formatted``); each answer is the response positions
     up to the first EOS, detokenised. ``sampler_options``: any other SamplerConfig field (rho, w, grid, p, eta, sigma,

@@ -19,7 +19,7 @@ import torch
 from elfreg.flow import velocity
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.decode import decode_token_ids
-from elfreg.sampling.network import NFECounter, uses_reg_state
+from elfreg.sampling.network import NFECounter, is_flow_map, uses_reg_state
 from elfreg.sampling.seeding import STREAM_NOISE, sample_generator
 from elfreg.sampling.updates import euler_update, renoise_step
 
@@ -118,6 +118,7 @@ class Trajectory:
         self.cfg = cfg
         has_reg_token = getattr(mcfg, "extra_token", "none") == "reg"
         self.d_r = int(mcfg.reg_dim) if has_reg_token else 0
+        self.flow_map = is_flow_map(mcfg)
         self.length, self.dim = length, d
         device = x_prompt.device
         self.rows = list(range(b))
@@ -142,10 +143,13 @@ class Trajectory:
             if not self.rows:
                 return
             t_j = self.times[:, j]
-            out = self.counter(self.y, self.q, t_j, self.w, reg=self.r, reg_q=self.r_q, decoder=False)
+            t_next = self.times[:, j + 1] if j + 1 < k_total else self.t_end
+            # a flow map jumps to the next grid time: its Euler update below is then the jump X_{t_j, t_next}
+            # (elfreg.distill.flowmap); a last call decoded from d_j asks for the instantaneous prediction
+            jump = {"t_to": t_next} if self.flow_map and t_next is not None and not renoise else {}
+            out = self.counter(self.y, self.q, t_j, self.w, reg=self.r, reg_q=self.r_q, decoder=False, **jump)
             d_j = torch.where(self.keep, self.x_prompt, out.x_hat.float())   # prompt output replaced by x (v = 0)
             dr_j = out.reg_hat.float() if self.r is not None else None
-            t_next = self.times[:, j + 1] if j + 1 < k_total else self.t_end
             v = vr = y_next = r_next = None
             if not renoise:
                 v = velocity(d_j, self.y, t_j, cfg.t_eps)

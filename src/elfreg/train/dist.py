@@ -49,23 +49,27 @@ def resolve_device(spec: str, info: DistInfo) -> torch.device:
 class LossModule(nn.Module):
     """Wraps the student so the whole loss runs inside one forward (DDP's reducer sees every use)."""
 
-    def __init__(self, student: nn.Module, sink: bool = False) -> None:
+    def __init__(self, student: nn.Module, sink: bool = False, loss: nn.Module | None = None) -> None:
         super().__init__()
         self.student = student
         self.sink = sink
+        self.loss = loss   # loss(student, batch, draws, cfg, counts); None: the training objective (elf_reg_loss)
 
     def forward(self, batch, draws, cfg, counts):
         from elfreg.objective import elf_reg_loss
 
-        out = elf_reg_loss(self.student, batch, draws, cfg, counts)
+        out = (self.loss if self.loss is not None else elf_reg_loss)(self.student, batch, draws, cfg, counts)
         if self.sink:  # 0·Σp: every parameter gets a gradient on every rank (FSDP reduce-scatters must match)
             out.loss = out.loss + sum((p * 0).sum() for p in self.student.parameters())
         return out
 
 
-def wrap(student: nn.Module, parallel: str, info: DistInfo, device: torch.device) -> nn.Module:
-    """LossModule around the student: DDP (find unused parameters: decoder rows may be absent) or FSDP2."""
-    module = LossModule(student, sink=info.enabled and parallel == "fsdp")
+def wrap(student: nn.Module, parallel: str, info: DistInfo, device: torch.device,
+         loss: nn.Module | None = None) -> nn.Module:
+    """LossModule around the student: DDP (find unused parameters: decoder rows may be absent) or FSDP2. ``loss``:
+    another loss than the training objective (elfreg.distill's, which holds a frozen teacher: it is replicated, never
+    sharded, and has no gradient to reduce)."""
+    module = LossModule(student, sink=info.enabled and parallel == "fsdp", loss=loss)
     if not info.enabled:
         return module
     if parallel == "ddp":

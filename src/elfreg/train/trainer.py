@@ -293,7 +293,7 @@ class Trainer(Checkpointing):
         return self.precision.autocast(self.device.type)
 
     def _micro_batches(self):
-        cfg, m = self.cfg, self.cfg.model
+        cfg = self.cfg
         out = []
         for _ in range(cfg.train.grad_accum):
             nb = self.batches.next_batch(self.per_rank)
@@ -302,10 +302,19 @@ class Trainer(Checkpointing):
             raw, keys = nb
             batch = standardize_batch(raw, self.elf.x_stats, self.elf.reg_stats,
                                       self.elf.teacher_stats if cfg.backbones.standardize_teacher else None)
-            draws = draw(cfg.objective, example_generators(cfg.train.seed, keys), batch.x.shape[1], m.feature_dim,
-                         m.reg_dim if m.extra_token == "reg" else None)
-            out.append((batch.to(self.device), draws))
+            out.append((batch.to(self.device), self._draw(batch, keys)))
         return out
+
+    def _draw(self, batch, keys: list[tuple[int, int]]):
+        """The step's draws for a batch whose rows are keyed (epoch, global index): from the rows' own generators
+        (elfreg.train.rng), so a row's draws do not depend on its batch (a distillation run draws more per row)."""
+        m = self.cfg.model
+        return draw(self.cfg.objective, example_generators(self.cfg.train.seed, keys), batch.x.shape[1],
+                    m.feature_dim, m.reg_dim if m.extra_token == "reg" else None)
+
+    def _loss_counts(self, batch, draws) -> dict:
+        """The loss's denominators of one micro-batch, summed over ranks and micro-batches by ``step_once``."""
+        return loss_counts(batch, draws, self.cfg.objective, self.cfg.model.extra_token)
 
     def step_once(self, step: int) -> dict | None:
         """Run optimiser step ``step`` (0-based); returns its metrics, or None when the data ran out."""
@@ -320,7 +329,7 @@ class Trainer(Checkpointing):
         local_tokens = sum(paper_token_mask(b.tokens, b.prompt_mask, eos).sum() for b, _ in micro)
         counts = {}
         for batch, draws in micro:
-            for k, v in loss_counts(batch, draws, cfg.objective, cfg.model.extra_token).items():
+            for k, v in self._loss_counts(batch, draws).items():
                 counts[k] = counts.get(k, 0) + v.to(self.device)
         names = sorted(counts)
         total = all_reduce_sum(torch.stack([counts[k].float() for k in names]
