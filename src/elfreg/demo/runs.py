@@ -13,7 +13,7 @@ from pathlib import Path
 
 from elfreg.config import BackboneConfig, ModelConfig, ObjectiveConfig
 from elfreg.configtools import to_dict
-from elfreg.demo.config import VARIANTS, DemoConfig
+from elfreg.demo.config import KINDS, VARIANTS, DemoConfig
 from elfreg.demo.evaluation import AccuracyCurve
 from elfreg.demo.prepare import DemoData
 from elfreg.train.config import CanvasSection, DataConfig, RunConfig, TrainConfig
@@ -23,18 +23,23 @@ DEMO_ONLY = ("seeds", "min_steps")  # DemoTrain's fields that are not TrainConfi
 
 def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: list[int] | None,
                dims: dict[str, int], progress: bool = True, seed: int | None = None) -> RunConfig:
-    """The training run of one variant and training seed (default: the first); ELF and ELF-REG differ only in the
-    REG token and REPA."""
+    """The training run of one variant (a student of ``KINDS``: ELF, ELF-REG or an ablation arm's) and training
+    seed (default: the first); the students differ only in the extra token and REPA."""
     s, t = cfg.student, cfg.train
-    reg = variant == "ELF-REG"
+    if variant not in KINDS:
+        raise ValueError(f"unknown student {variant!r}; choose one of {sorted(KINDS)}")
+    extra, repa = KINDS[variant]
     model = ModelConfig(**dims, width=s.width, depth=s.depth, heads=s.heads, bottleneck_dim=s.bottleneck_dim,
-                        max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, extra_token="reg" if reg else "none",
-                        repa=reg, repa_block=s.repa_block, repa_hidden=s.repa_hidden, head_token_ids=head_ids)
+                        max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, extra_token=extra,
+                        repa=repa, repa_block=s.repa_block, repa_hidden=s.repa_hidden, head_token_ids=head_ids,
+                        reg_io=s.reg_io)
     same = {k: v for k, v in dataclasses.asdict(t).items() if k not in DEMO_ONLY}  # the rest are TrainConfig's
     train_cfg = TrainConfig(**same, seed=t.seeds[0] if seed is None else seed, keep_last=1,
                             stats_canvases=min(1024, cfg.task.n_train), match_backbones=False, device="cpu",
                             progress=progress)
-    return RunConfig(model=model, objective=ObjectiveConfig(use_repa=reg, use_reg=reg), backbones=bcfg,
+    objective = ObjectiveConfig(use_repa=repa, use_reg=extra == "reg", repa_weight=cfg.objective.repa_weight,
+                                reg_weight=cfg.objective.reg_weight)
+    return RunConfig(model=model, objective=objective, backbones=bcfg,
                      train=train_cfg, data=DataConfig(task="math", features="cached"),
                      canvas=CanvasSection(overflow="error"))
 
@@ -146,4 +151,5 @@ def run_fingerprint(cfg: DemoConfig, variant: str, seed: int) -> dict:
         d["train"].pop(key)
     curve = {"every": ev.curve_every, "nfe": ev.main_nfe, "seed": ev.seeds[0], "rho": ev.rho, "w": ev.w}
     return resume_settings({"variant": variant, "seed": seed, "task": d["task"], "backbones": d["backbones"],
-                            "student": d["student"], "train": d["train"], "curve": curve})
+                            "student": d["student"], "train": d["train"], "objective": d["objective"],
+                            "curve": curve})
