@@ -249,24 +249,10 @@ def run_ladder(cfg: DemoConfig, out: str | Path, arms: list[Arm], cache_dir: str
 
 
 # -- what the runs show ---------------------------------------------------------------------------------------------
-def run_summary(run_dir: Path, steps: int) -> dict:
-    """From a run's metrics.jsonl: the text loss L_ELF averaged over the last 10 % of the run's logged steps, and
-    each auxiliary term's gradient share (norm relative to L_ELF's, cosine) averaged over the second half's
-    measurements."""
-    from elfreg.train.metrics import read_metrics
-
-    records = read_metrics(run_dir / "metrics.jsonl")
-    late = [r["loss_elf"] for r in records if r["step"] > 0.9 * steps and isinstance(r.get("loss_elf"), float)]
-    out: dict = {"loss_elf": statistics.fmean(late) if late else None}
-    for key in ("grad_rel_repa", "grad_cos_repa", "grad_rel_reg", "grad_cos_reg"):
-        vals = [r[key] for r in records if r["step"] > steps / 2 and isinstance(r.get(key), float)]
-        out[key] = statistics.fmean(vals) if vals else None
-    return out
-
-
 def collect(arms: list[Arm], cfgs: dict, todo: list, done: list, out: Path) -> dict:
     """Every arm's runs (seed, curve, text loss, gradient shares) and its evaluation merged over training seeds."""
     from elfreg.demo.evaluation import merge_evals
+    from elfreg.demo.runs import SUMMARY_KEYS
 
     arms_out: dict = {}
     for (arm, seed), (run, ev) in zip(todo, done):
@@ -274,7 +260,7 @@ def collect(arms: list[Arm], cfgs: dict, todo: list, done: list, out: Path) -> d
                                            "runs": [], "evals": {}})
         a["runs"].append({"seed": seed, "steps": run["steps"], "curve": run["curve"], "model_dir": run["model_dir"],
                           "train_seconds": run["train_seconds"],
-                          **run_summary(out / arm.name / f"seed-{seed}", cfgs[arm.name].train.steps)})
+                          **{k: run.get(k) for k in SUMMARY_KEYS}})
         a["evals"][seed] = ev["eval"]
         for d in arms:
             if d.drop_reg_of == arm.name and ev["drop"] is not None:

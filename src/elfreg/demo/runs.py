@@ -16,6 +16,7 @@ from elfreg.configtools import to_dict
 from elfreg.demo.config import KINDS, VARIANTS, DemoConfig
 from elfreg.demo.evaluation import AccuracyCurve
 from elfreg.demo.prepare import DemoData
+from elfreg.train.metrics import read_metrics
 from elfreg.train.config import CanvasSection, DataConfig, RunConfig, TrainConfig
 from elfreg.train.trainer import Trainer
 
@@ -89,7 +90,23 @@ def train_run(data: DemoData, cfg: DemoConfig, variant: str, seed: int, run_dir:
         trainer.hooks.append(tell)
     res = trainer.run()
     return {"seed": seed, "model_dir": str(res.model_dir), "steps": res.step,
-            "train_seconds": time.perf_counter() - t, "curve": curve.points}
+            "train_seconds": time.perf_counter() - t, "curve": curve.points, **run_summary(run_dir, res.step)}
+
+SUMMARY_KEYS = ("loss_elf", "grad_rel_repa", "grad_cos_repa", "grad_rel_reg", "grad_cos_reg")
+
+
+def run_summary(run_dir: Path, steps: int) -> dict:
+    """From a run's metrics.jsonl: the text loss L_ELF averaged over the last 10 % of the run's logged steps, and
+    each auxiliary term's gradient share (norm relative to L_ELF's, cosine) averaged over the second half's
+    measurements."""
+    records = read_metrics(run_dir / "metrics.jsonl")
+    late = [r["loss_elf"] for r in records if r["step"] > 0.9 * steps and isinstance(r.get("loss_elf"), float)]
+    out: dict = {"loss_elf": statistics.fmean(late) if late else None}
+    for key in ("grad_rel_repa", "grad_cos_repa", "grad_rel_reg", "grad_cos_reg"):
+        vals = [r[key] for r in records if r["step"] > steps / 2 and isinstance(r.get(key), float)]
+        out[key] = statistics.fmean(vals) if vals else None
+    return out
+
 
 WARMUP_STEPS, TIMED_STEPS = 2, 8  # per lane before the plan; the first steps build kernels and caches
 

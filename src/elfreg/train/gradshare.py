@@ -64,6 +64,8 @@ def grad_shares(student: torch.nn.Module, batch: TrainBatch, draws: Draws, objec
     context manager for the forward (the run's precision). Empty for a run without auxiliary terms."""
     import contextlib
 
+    if not (objective.use_repa or objective.use_reg and student.config.extra_token == "reg"):
+        return {}   # no auxiliary term: nothing to measure, no pass spent
     with autocast if autocast is not None else contextlib.nullcontext():
         out = elf_reg_loss(student, batch, draws, objective)
     if not any(name in out.parts for name in AUX_TERMS):
