@@ -14,6 +14,7 @@ two standard errors, paired over training seeds and test problems).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import statistics
 import threading
@@ -65,6 +66,7 @@ LADDER = (
         what="ELF-REG, the REG token projected straight to the student width, with an own head"),
 )
 BASELINE = "ELF"
+EVAL_FILE = "ladder_eval.json"  # in a run's folder: its evaluation, reused by a resumed ladder
 
 
 def parse_arm(text: str) -> Arm:
@@ -171,6 +173,14 @@ def evaluate_arm_job(model_dir: str, cfg_data: dict, drop_reg: bool) -> dict:
     from elfreg.pretrained import ElfModel
 
     cfg = eval_config(from_dict(DemoConfig, cfg_data))
+    # a resumed ladder reuses the evaluation of a model it already evaluated with the same settings
+    saved = Path(model_dir).parent / EVAL_FILE
+    key = {"eval": to_dict(cfg.eval), "task": to_dict(cfg.task), "drop_reg": drop_reg,
+           "model": hashlib.sha256((Path(model_dir) / "model.safetensors").read_bytes()).hexdigest()}
+    if saved.is_file():
+        old = json.loads(saved.read_text())
+        if old.get("key") == json.loads(json.dumps(key)):
+            return old["result"]
     data = arm_data(cfg, _WORKER.get("cache_dir"))
 
     class Nothing:
@@ -183,6 +193,7 @@ def evaluate_arm_job(model_dir: str, cfg_data: dict, drop_reg: bool) -> dict:
     out = {"eval": evaluate(model, data.test_problems, data.test_rows, cfg, Nothing(), encoded), "drop": None}
     if drop_reg:
         out["drop"] = evaluate(model, data.test_problems, data.test_rows, cfg, Nothing(), encoded, drop_reg=True)
+    atomic_write_text(saved, dumps({"key": key, "result": out}))
     return out
 
 
@@ -215,8 +226,11 @@ def run_ladder(cfg: DemoConfig, out: str | Path, arms: list[Arm], cache_dir: str
                   [p for _, p in list_checkpoints(run_dir)], write=write, where=run_dir)
     out.mkdir(parents=True, exist_ok=True)
     cache = None if cache_dir is None else str(cache_dir)
-    for first in {data_key(c): c for c in cfgs.values()}.values():  # build every feature cache once, here
-        prepare(first, cache, progress=progress)
+    in_process = not (cfg.lanes > 1 and cfg.lane_mode == "processes")
+    for key, first in {data_key(c): c for c in cfgs.values()}.items():  # build every feature cache once, here
+        data = prepare(first, cache, progress=progress)
+        if in_process:  # the runs use it here; worker processes load their own
+            _DATA[key] = data
     dropped = {a.drop_reg_of for a in arms if a.drop_reg_of}
     print(f"elfreg demo --ablations: {len(todo)} training runs ({len({a.name for a, _ in todo})} arms x training "
           f"seeds {cfg.train.seeds}) of {cfg.train.steps} steps, {cfg.lanes} at a time; no --budget applies",
@@ -224,7 +238,7 @@ def run_ladder(cfg: DemoConfig, out: str | Path, arms: list[Arm], cache_dir: str
     lane_threads = cfg.threads // cfg.lanes
     job_args = [(a.name, a.kind, s, str(out), to_dict(cfgs[a.name])) for a, s in todo]
     then = (evaluate_arm_job, lambda r: (r["model_dir"], to_dict(cfgs[r["arm"]]), r["arm"] in dropped))
-    if cfg.lanes > 1 and cfg.lane_mode == "processes":
+    if not in_process:
         from tqdm.auto import tqdm
 
         with LanePool(cfg.lanes, ladder_init, (cache, lane_threads)) as pool, \
