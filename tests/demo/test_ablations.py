@@ -72,7 +72,7 @@ def test_the_report_compares_each_arm_with_elf_paired_and_by_two_standard_errors
     res = _results({"ELF": ("ELF", elf, runs), "REPA-only": ("REPA-only", better, runs),
                     "ELF-REG": ("ELF-REG", same, runs), "OLT": ("OLT", worse, runs)})
     table = "\n".join(ladder_table(res))
-    assert "| ELF | elf | 50.0 ± 0.0 | 50 / 50 / 50 | baseline |" in table
+    assert "| ELF | elf | 50.0 ± 0.0 | 50.0 / 50.0 / 50.0 | baseline |" in table
     assert "| REPA-only |" in table and "held" in table.split("| REPA-only |")[1].split("\n")[0]
     assert "inconclusive" in table.split("| ELF-REG |")[1].split("\n")[0]
     assert "did not hold" in table.split("| OLT |")[1].split("\n")[0]

@@ -362,7 +362,7 @@ def ladder_table(results: dict) -> list[str]:
              "2 s.e.) | outcome | L_ELF, last 10 % | REPA grad / L_ELF's (cos) | REG grad / L_ELF's (cos) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in arm_rows(results):
-        seeds = " / ".join(f"{100 * v:.0f}" for v in r["per_seed"].values())
+        seeds = " / ".join(f"{100 * v:.1f}" for v in r["per_seed"].values())
         share = {k: (r[f"grad_rel_{k}"] if r[f"grad_rel_{k}"] == r[f"grad_cos_{k}"] else
                      f"{r[f'grad_rel_{k}']} ({r[f'grad_cos_{k}']})") for k in ("repa", "reg")}
         share = {k: "—" if v == "— (—)" else v for k, v in share.items()}
