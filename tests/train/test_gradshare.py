@@ -98,7 +98,8 @@ def test_a_run_measuring_shares_trains_the_same_and_logs_them(tmp_path, tiny_lm_
     assert not any("grad_rel_reg" in r for r in runs[0].history)
     from elfreg.train.metrics import plot_learning_curve, share_summary
 
-    assert plot_learning_curve(tmp_path / "every-2").read_bytes()[:4] == b"\x89PNG"
+    png = plot_learning_curve(tmp_path / "every-2")
+    assert png == tmp_path / "every-2" / "learning_curve.png" and png.read_bytes()[:4] == b"\x89PNG"
     last = next(r for r in reversed(records) if "grad_rel_reg" in r)
     assert share_summary(last) == (f"repa {last['grad_rel_repa']:.2f} (cos {last['grad_cos_repa']:+.2f}) "
                                    f"reg {last['grad_rel_reg']:.2f} (cos {last['grad_cos_reg']:+.2f})")

@@ -152,12 +152,12 @@ def plot_learning_curve(output: str | Path, name: str = "learning_curve.png") ->
     if shared:
         ax_share = axes[-1]
         ssteps = [r["step"] for r in shared]
-        for i, (name, label) in enumerate(SHARE_TERMS):
-            rel = [r.get(f"grad_rel_{name}") for r in shared]
+        for i, (term, label) in enumerate(SHARE_TERMS):
+            rel = [r.get(f"grad_rel_{term}") for r in shared]
             if not any(isinstance(v, (int, float)) for v in rel):
                 continue
             num = [v if isinstance(v, (int, float)) else float("nan") for v in rel]
-            cos = [r.get(f"grad_cos_{name}") for r in shared]
+            cos = [r.get(f"grad_cos_{term}") for r in shared]
             ax_share.plot(ssteps, num, marker="o", ms=3, color=f"C{i + 2}", label=f"{label}: norm / L_ELF's")
             ax_share.plot(ssteps, [v if isinstance(v, (int, float)) else float("nan") for v in cos], ls="--",
                           marker="x", ms=3, color=f"C{i + 2}", label=f"{label}: cosine with L_ELF's")
