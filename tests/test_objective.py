@@ -491,3 +491,15 @@ def test_whole_loss_stays_finite_with_an_inf_teacher_state_on_the_prompt():
     assert out.terms["loss_repa"].item() == want.terms["loss_repa"].item()
     out.loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in m.parameters() if p.grad is not None)
+
+
+def test_draws_with_and_without_a_reg_state_share_the_text_draws():
+    """A REG model's rows draw the text's noise, times and modes exactly as a model without the REG token (the REG
+    state's normals come after, in a call of their own): runs of one seed are paired across students. The canvas
+    size here (1 + L d + L = 46 normals) is not a multiple of 16, where one longer call would redraw the tail."""
+    cfg = ObjectiveConfig()
+    gens = lambda: [torch.Generator().manual_seed(i) for i in range(4)]  # noqa: E731
+    plain, reg = draw(cfg, gens(), 5, 8, None), draw(cfg, gens(), 5, 8, 3)
+    for f in ("is_decoder", "t", "self_cond", "w", "eps", "lam", "eps_dec"):
+        assert torch.equal(getattr(plain, f), getattr(reg, f)), f
+    assert plain.eps_r is None and reg.eps_r.shape == (4, 3) and reg.lam_r.shape == (4,)

@@ -51,6 +51,10 @@ class ModelConfig:
     rope_theta: float = 10_000.0
     norm_eps: float = 1e-6
     extra_token: ExtraToken = "reg"  # "reg": ELF-REG; "olt": one learnable token (ablation); "none": ELF
+    # the REG token's input and output maps: "shared" through the text's input path and final_linear (the
+    # library's first form, which the demo measured with), "direct" projected straight to the student width with an
+    # own head (the spec's wording). Both are ELF-REG; docs/demo.md compares them
+    reg_io: Literal["shared", "direct"] = "shared"
     repa: bool = True  # build the REPA projector p_phi
     repa_block: int = 4  # student state after this block (1-based) is aligned (B: 4, L: 8)
     repa_hidden: int = 2048
@@ -67,6 +71,7 @@ class ModelConfig:
         check(self.width % self.heads == 0, "model.width", f"{self.width} is not divisible by heads={self.heads}")
         check(self.head_dim % 2 == 0, "model.heads", f"head_dim {self.head_dim} must be even for RoPE")
         check(self.extra_token in ("none", "reg", "olt"), "model.extra_token", f"unknown {self.extra_token!r}")
+        check(self.reg_io in ("shared", "direct"), "model.reg_io", f"unknown {self.reg_io!r}; choose shared or direct")
         check(1 <= self.repa_block <= self.depth, "model.repa_block",
               f"must be in 1..depth={self.depth}, got {self.repa_block}")
         if self.head_token_ids is not None:

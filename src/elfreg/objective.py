@@ -82,30 +82,36 @@ def _lam(cfg: ObjectiveConfig, normal: Tensor) -> Tensor:
 def draw(cfg: ObjectiveConfig, generators: list[torch.Generator], length: int, d: int, d_r: int | None) -> Draws:
     """Draw every random quantity of a step, example i from ``generators[i]`` only (CPU tensors).
 
-    Two calls per row: 3 uniforms (is_decoder, self_cond, w) and one run of standard normals (t's, the state
-    noise (L, d), lam's L, then for a REG model the REG noise (d_r) and lam_r's), written in place into one
-    buffer per kind; the laws (flow.t_from_normal, flow.w_from_uniform, ``_lam``) then apply to the whole batch at
+    Per row: 3 uniforms (is_decoder, self_cond, w), one run of standard normals (t's, the state noise (L, d),
+    lam's L) and, for a REG model, a second run (the REG noise (d_r), lam_r's), written in place into one buffer
+    per kind; the laws (flow.t_from_normal, flow.w_from_uniform, ``_lam``) then apply to the whole batch at
     once. One noise serves the denoising and the decoder input (see ``Draws``). Per-row calls of a few numbers each
     were most of a demo step's draws; the streams differ from earlier versions, the laws do not
     (tests/test_objective.py checks them).
     """
     n = len(generators)
     k_state = length * d
-    k = 1 + k_state + length + ((d_r + 1) if d_r is not None else 0)
+    k = 1 + k_state + length
     normals = torch.empty(n, k)
+    normals_r = torch.empty(n, d_r + 1) if d_r is not None else None
     uniforms = torch.empty(n, 3)
     for i, g in enumerate(generators):
         torch.rand(3, generator=g, out=uniforms[i])
         torch.randn(k, generator=g, out=normals[i])
+        # The REG state's normals in a call of their own: a model with a REG token then draws exactly the text
+        # draws of one without it (the ablation ladder pairs its arms per seed); in one longer call the generator's
+        # last 16 values, which it redraws when the length is not a multiple of 16, would differ between the two.
+        if normals_r is not None:
+            torch.randn(d_r + 1, generator=g, out=normals_r[i])
     noise = normals[:, 1:1 + k_state].view(n, length, d)
-    at = 1 + k_state + length
-    noise_r = normals[:, at:at + d_r] if d_r is not None else None
+    noise_r = normals_r[:, :d_r] if normals_r is not None else None
     return Draws(is_decoder=uniforms[:, 0] < cfg.decoder_prob,
                  t=t_from_normal(normals[:, 0], cfg.t_mean, cfg.t_std),
                  self_cond=uniforms[:, 1] < cfg.self_cond_prob,
                  w=w_from_uniform(uniforms[:, 2], cfg.w_min, cfg.w_max, cfg.w_law),
-                 eps=noise, lam=_lam(cfg, normals[:, 1 + k_state:at]), eps_dec=noise,
-                 eps_r=noise_r, lam_r=_lam(cfg, normals[:, -1]) if d_r is not None else None, eps_r_dec=noise_r)
+                 eps=noise, lam=_lam(cfg, normals[:, 1 + k_state:]), eps_dec=noise,
+                 eps_r=noise_r, lam_r=_lam(cfg, normals_r[:, -1]) if normals_r is not None else None,
+                 eps_r_dec=noise_r)
 
 
 # -- the SC-CFG target (spec §4) ----------------------------------------------------------------------------------
@@ -255,10 +261,14 @@ def loss_counts(batch: TrainBatch, draws: Draws, cfg: ObjectiveConfig, extra_tok
 
 @dataclass
 class LossOutput:
-    """The total loss and every term, each with its own reduction (spec §4)."""
+    """The total loss and every term, each with its own reduction (spec §4).
+
+    parts: the weighted terms the total sums, with their graphs ({"elf": L_ELF, "repa": repa_weight L_REPA, "reg":
+    reg_weight L_REG}, those the objective uses), for per-term gradients (elfreg.train.gradshare)."""
 
     loss: Tensor
     terms: dict[str, Tensor] = field(default_factory=dict)
+    parts: dict[str, Tensor] = field(default_factory=dict)
 
 
 @dataclass
@@ -426,6 +436,7 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
         "decoder_frac": dec.float().mean(),
     }
     total = loss_elf
+    parts = {"elf": loss_elf}
 
     if cfg.use_repa:
         pred, extra_pred, extra_target = _repa_predictions(student, out, batch, cfg)
@@ -433,16 +444,18 @@ def elf_reg_loss(student: ElfStudent, batch: TrainBatch, draws: Draws, cfg: Obje
                               cfg.repa_target == "mean_pooled", extra_pred, extra_target,
                               None if counts is None else counts["repa"].to(dev))
         terms["loss_repa"] = loss_repa.detach()
-        total = total + cfg.repa_weight * loss_repa
+        parts["repa"] = cfg.repa_weight * loss_repa
+        total = total + parts["repa"]
 
     if use_reg:
         loss_reg = reg_loss(out.reg_hat, inp.r, v_r_target, inp.t, den, floor,
                             den.sum() if counts is None else counts["reg"].to(dev))
         terms["loss_reg"] = loss_reg.detach()
-        total = total + cfg.reg_weight * loss_reg
+        parts["reg"] = cfg.reg_weight * loss_reg
+        total = total + parts["reg"]
 
     terms["loss"] = total.detach()
-    return LossOutput(loss=total, terms=terms)
+    return LossOutput(loss=total, terms=terms, parts=parts)
 
 
 def _rows(mask: Tensor) -> Tensor:

@@ -147,7 +147,9 @@ def student_parameters(m: Any) -> int:
 
     d, h, mlp, bott = m.feature_dim, m.width, m.mlp_hidden, m.bottleneck_dim
     total = (2 * d * d + d) + (d * bott + bott * h + h) + 2 * (freq * h + h + h * h + h) + m.num_prefix * h
-    if m.extra_token == "reg":
+    if m.extra_token == "reg" and getattr(m, "reg_io", "shared") == "direct":
+        total += (2 * m.reg_dim * h + h) + (h * m.reg_dim + m.reg_dim)
+    elif m.extra_token == "reg":
         total += 2 * m.reg_dim * d + d + m.reg_dim
     elif m.extra_token == "olt":
         total += h

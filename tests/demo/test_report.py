@@ -187,3 +187,21 @@ def test_training_precision_is_resolved_at_the_students_shapes(monkeypatch):
     assert workload.backward and workload.rows == cfg.train.batch_size * (12 + 1 + 30)
     assert workload.maps[0] == (cfg.student.width, 3 * cfg.student.width)
     assert machine_info(2, 2, p)["precision"]["precision_used"] == "fp32"
+
+
+def test_the_report_says_what_each_term_does_from_the_runs():
+    """The text loss and the gradient shares of each run (mean ± std over training seeds); no section without
+    them (results of an older demo)."""
+    from elfreg.demo.report import _terms
+
+    cfg = demo_config(False, [])
+    runs = lambda loss, rel: [{"seed": s, "loss_elf": loss + s / 1000, "grad_rel_repa": rel, "grad_cos_repa": 0.1,  # noqa: E731
+                               "grad_rel_reg": 2 * rel, "grad_cos_reg": -0.2} for s in (0, 1, 2)]
+    elf = [{"seed": s, "loss_elf": 0.07 + s / 1000, "grad_rel_repa": None, "grad_cos_repa": None,
+            "grad_rel_reg": None, "grad_cos_reg": None} for s in (0, 1, 2)]
+    lines = _terms({"models": {"ELF": {"runs": elf}, "ELF-REG": {"runs": runs(0.1, 0.4)}}}, cfg)
+    text = "\n".join(lines)
+    assert "## What each term does" in text and "every 110 steps" in text
+    assert "| ELF | 0.071 ± 0.001 | — | — | — | — |" in text
+    assert "| ELF-REG | 0.101 ± 0.001 | 0.40 ± 0.00 | 0.10 ± 0.00 | 0.80 ± 0.00 | -0.20 ± 0.00 |" in text
+    assert _terms({"models": {"ELF": {"runs": [{"seed": 0}]}}}, cfg) == []

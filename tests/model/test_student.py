@@ -212,3 +212,39 @@ def _check_invariance(invariant_rows: int, row_local_layers: bool) -> None:
         mixed = net(z, q, t, w, reg=reg, reg_q=reg_q, decoder=mask)
         assert torch.equal(mixed.logits, full[True].logits[mask])
         assert torch.equal(mixed.x_hat[~mask], full[False].x_hat[~mask])
+
+
+def test_reg_io_direct_maps_straight_to_the_width_with_an_own_head():
+    """model.reg_io: direct (the spec's wording) has its own REG input map to the width and its own head; every
+    other parameter, and its initial value for one seed, is the shared path's; the REG state is used both ways."""
+    from elfreg.resources import student_parameters
+
+    cfg = model_preset("tiny", reg_io="direct")
+    torch.manual_seed(0)
+    m = _randomize(ElfStudent(cfg))
+    torch.manual_seed(0)
+    shared = ElfStudent(model_preset("tiny"))
+    assert tuple(m.reg_in.weight.shape) == (cfg.width, 2 * cfg.reg_dim)
+    assert tuple(m.reg_out.weight.shape) == (cfg.reg_dim, cfg.width)
+    assert student_parameters(cfg) == m.num_parameters()
+    same = {k: v for k, v in shared.state_dict().items() if not k.startswith("reg_")}
+    assert all(torch.equal(m.state_dict()[k], v) for k, v in same.items() if k not in ("final_linear.weight",))
+    z, q, t, w = _inputs(cfg)
+    r = torch.randn(2, cfg.reg_dim)
+    out = m(z, q, t, w, reg=r)
+    assert out.reg_hat.shape == (2, cfg.reg_dim)
+    assert not torch.allclose(out.x_hat, m(z, q, t, w, reg=2 * r).x_hat)   # the REG state reaches the text
+    assert not torch.allclose(out.reg_hat, m(z, q, t, w, reg=r, reg_q=torch.randn(2, cfg.reg_dim)).reg_hat)
+
+
+def test_students_of_one_seed_share_their_common_initial_values():
+    """ELF, REPA only, REG only, ELF-REG and OLT built after the same seed start from one network: the extra
+    token's parameters are made last (the ablation ladder pairs its arms per seed)."""
+    def built(**over):
+        torch.manual_seed(3)
+        return ElfStudent(model_preset("tiny", **over)).state_dict()
+
+    elf = built(extra_token="none", repa=False)
+    for over in ({"extra_token": "none"}, {"repa": False}, {}, {"extra_token": "olt"}):
+        sd = built(**over)
+        assert all(torch.equal(sd[k], v) for k, v in elf.items()), over

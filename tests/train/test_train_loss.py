@@ -54,10 +54,24 @@ def test_repa_variants_change_only_the_repa_term(tmp_path, tiny_lm_dir, sums_jso
     base = train(load_run_config(CONFIG, tiny_overrides(tiny_lm_dir, sums_jsonl, **{"train.steps": 1})),
                  tmp_path / "base").history[0]
     for i, switch in enumerate(["objective.repa_shift=1", "objective.repa_target=mean_pooled",
-                                "objective.repa_on_prompt=true"]):
+                                "objective.repa_on_prompt=true", "backbones.standardize_teacher=true"]):
         k, v = switch.split("=")
         h = train(load_run_config(CONFIG, tiny_overrides(tiny_lm_dir, sums_jsonl, **{"train.steps": 1, k: v})),
                   tmp_path / f"v{i}").history[0]
         assert h["loss_repa"] != pytest.approx(base["loss_repa"], rel=1e-6), switch
         for term in ("loss_elf", "loss_reg", "l2", "ce"):
             assert h[term] == pytest.approx(base[term], rel=1e-6), (switch, term)
+
+
+def test_standardised_repa_targets_keep_their_statistics_with_the_model(tmp_path, tiny_lm_dir, sums_jsonl):
+    """backbones.standardize_teacher: the teacher's per-feature statistics are estimated once and saved with the
+    model (none without it), as the encoder's are."""
+    from elfreg.pretrained import ElfModel
+
+    for on in (False, True):
+        over = {"train.steps": 1, "backbones.standardize_teacher": str(on).lower()}
+        res = train(load_run_config(CONFIG, tiny_overrides(tiny_lm_dir, sums_jsonl, **over)), tmp_path / str(on))
+        stats = ElfModel.from_pretrained(res.model_dir).teacher_stats
+        assert (stats is not None) == on
+        if on:
+            assert stats.std.min() > 0 and stats.mean.abs().max() > 0

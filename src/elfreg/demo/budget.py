@@ -62,11 +62,22 @@ def curve_points(steps: int, every: int) -> int:
     return 0 if not every else steps // every + (1 if steps % every else 0)
 
 
+# A gradient-share measurement (train.grad_share_every) in steps' time: one more forward with its self-conditioning
+# passes and a backward per term (elfreg.train.gradshare). Measured on the demo's runs (time_update of the measured
+# steps against the others, training seed 0): 1.1 extra steps for ELF-REG, 1.3 for REPA only, 0.7 for REG only;
+# 1.5 leaves a margin. ELF has no auxiliary term and measures nothing
+SHARE_STEPS = 1.5
+
+
 def run_seconds(cfg: DemoConfig, timing: Timing, variant: str, done: int = 0) -> float:
-    """One training run's seconds: its trainer, its steps from ``done`` on, its checkpoints and final model, and its
-    curve points (the first also encodes the test prompts)."""
+    """One training run's seconds: its trainer, its steps from ``done`` on (with the gradient-share measurements
+    among them), its checkpoints and final model, and its curve points (the first also encodes the test
+    prompts)."""
     t, steps = cfg.train, cfg.train.steps
     left = max(steps - done, 0)
+    every = t.grad_share_every
+    shares = curve_points(steps, every) - (done // every if every else 0) if variant != "ELF" else 0
+    left += SHARE_STEPS * max(shares, 0)
     # checkpoints every save_every steps after ``done``, and at the last step when save_every does not divide it
     saves = steps // t.save_every - done // t.save_every + (1 if steps % t.save_every else 0) if left else 0
     every = cfg.eval.curve_every

@@ -45,6 +45,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--budget-since", type=budget_since, default=None, metavar="UNIX_TIME",
                    help="count --budget from this time (seconds since the epoch) instead of the demo's own start: "
                         "`make demo` passes the time it began, so its set-up counts against the budget")
+    p.add_argument("--ablations", action="store_true",
+                   help="run the ablation ladder instead (ELF, REPA only, REG only, ELF-REG, REG removed at inference, "
+                        "one learnable token, and settings that might make REG pay) over the training seeds, paired "
+                        "per seed, and write ladder.md and ladder.json; --budget does not apply (docs/demo.md)")
+    p.add_argument("--arms", default=None, metavar="A,B,...",
+                   help="with --ablations: these arms only (ELF is always run: the baseline)")
+    p.add_argument("--arm", action="append", default=[], metavar="'NAME=KIND key=value ...'",
+                   help="with --ablations: one more arm, a student (ELF, ELF-REG, REPA-only, REG-only, OLT) with "
+                        "settings of its own; repeatable")
     add_restart_argument(p)
     p.add_argument("overrides", nargs="*", metavar="key=value", help="settings, e.g. train.steps=300 eval.seeds=[0]")
     p.set_defaults(func=cmd_demo)
@@ -100,6 +109,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     cfg = demo_config(args.quick, args.overrides, args.preset)
     if args.no_progress:
         quiet_loaders()
+    if args.ablations or args.arms or args.arm:
+        return ladder(args, cfg)
     spent_before = args.budget_since or 0.0  # seconds before this process (make demo's set-up)
     run_demo(cfg, args.out, args.cache_dir, progress=not args.no_progress, restart=args.restart,
              budget_s=60 * args.budget if args.budget else None,
@@ -107,4 +118,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     took = time.perf_counter() - t0
     since = f", {spent_before + took:.0f} s since --budget-since" if args.budget_since is not None else ""
     print(f"elfreg demo: report {args.out}/report.md; total wall time {took:.0f} s{since}")
+    return 0
+
+
+def ladder(args: argparse.Namespace, cfg) -> int:
+    """``elfreg demo --ablations``: the ablation ladder (elfreg.demo.ablations) into --out."""
+    from elfreg.configtools import ConfigError
+    from elfreg.demo.ablations import parse_arm, run_ladder, select_arms
+    from elfreg.fingerprint import move_aside
+
+    if not args.ablations:
+        raise ConfigError("--arms and --arm choose the arms of --ablations; add --ablations")
+    arms = select_arms([a for a in args.arms.split(",") if a] if args.arms else None,
+                       [parse_arm(a) for a in args.arm])
+    if args.restart:
+        move_aside([args.out])
+    t0 = time.perf_counter()
+    run_ladder(cfg, args.out, arms, args.cache_dir, progress=not args.no_progress)
+    print(f"elfreg demo --ablations: report {args.out}/ladder.md; total wall time {time.perf_counter() - t0:.0f} s")
     return 0

@@ -10,6 +10,10 @@ from elfreg.configtools import ConfigError, check
 SAMPLERS = ("early-stop", "full-span", "renoise")
 TASKS = ("arith", "chain")
 VARIANTS = ("ELF", "ELF-REG")  # the two students every demo trains, with identical budgets and seeds
+# every student a demo run can train (the ablation ladder's arms, spec's ablation switches): its extra token
+# (model.extra_token) and whether it has REPA; the objective uses what the model has
+KINDS = {"ELF": ("none", False), "ELF-REG": ("reg", True), "REPA-only": ("none", True), "REG-only": ("reg", False),
+         "OLT": ("olt", True)}
 
 
 @dataclass
@@ -55,6 +59,10 @@ class DemoBackbones:
     teacher_repa_layer: int = 12
     teacher_reg_layer: int = 12
     dtype: str = "auto"
+    # REPA's targets as raw teacher states (the paper's) or standardised per feature with statistics saved with the
+    # model: SmolLM2's states at these layers carry two outlier dimensions that a constant vector already aligns
+    # with (cosine 0.79), standardised they do not (docs/demo.md, "What REG does here")
+    standardize_teacher: bool = False
 
     def __post_init__(self) -> None:
         from elfreg.config import LAYERS
@@ -86,6 +94,7 @@ class DemoStudent:
     canvas_len: int = 30  # templated prompt 13 + response 15 tokens + EOS padding
     max_prompt_len: int = 14
     restrict_head: bool = True  # vocab head over the task's token ids only (mapped back to real ids)
+    reg_io: str = "shared"  # ELF-REG's REG token maps (model.reg_io): shared, or direct (docs/demo.md)
 
     def __post_init__(self) -> None:
         from elfreg.config import ModelConfig
@@ -93,7 +102,7 @@ class DemoStudent:
         try:   # the model's ranges and layout rules (widths of the backbones are filled in later)
             ModelConfig(width=self.width, depth=self.depth, heads=self.heads, repa_block=self.repa_block,
                         repa_hidden=self.repa_hidden, bottleneck_dim=self.bottleneck_dim, max_len=self.canvas_len,
-                        max_prompt_len=self.max_prompt_len)
+                        max_prompt_len=self.max_prompt_len, reg_io=self.reg_io)
         except ConfigError as exc:
             names = {"max_len": "canvas_len"}
             field, _, rest = str(exc).partition(": ")
@@ -136,6 +145,12 @@ class DemoTrain:
     # else fp32: CPUs without native bf16 emulate it, ~13x slower at these shapes (elfreg.precision). Resolved once
     # before training (elfreg.demo.prepare.training_precision), so every run of a demo computes alike
     precision: str = "auto"
+    # the auxiliary weights over the run (TrainConfig's): constant (the paper's) or a linear decay to 0
+    repa_weight_schedule: str = "constant"
+    reg_weight_schedule: str = "constant"
+    # per-term gradient shares at the blocks every this many steps (TrainConfig's; 0: off): 10 points of a
+    # 1,100-step run, in each run's metrics.jsonl and the report; the training is the same either way
+    grad_share_every: int = 110
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # training seeds: init, data order, draws
     log_every: int = 10
     save_every: int = 500
@@ -155,6 +170,20 @@ class DemoTrain:
 
         # TrainConfig's ranges (seeds and min_steps are the demo's own)
         TrainConfig(**{k: v for k, v in asdict(self).items() if k not in ("seeds", "min_steps")})
+
+
+@dataclass
+class DemoObjective:
+    """The auxiliary terms' weights of ELF-REG (and of the ablation arms that have them): the paper's, L_ELF +
+    0.5 L_REPA + 0.1 L_REG."""
+
+    repa_weight: float = 0.5
+    reg_weight: float = 0.1
+
+    def __post_init__(self) -> None:
+        from elfreg.config import LOSS_WEIGHT
+
+        check_ranges(self, {"repa_weight": LOSS_WEIGHT, "reg_weight": LOSS_WEIGHT}, "objective.")
 
 
 @dataclass
@@ -219,6 +248,7 @@ class DemoConfig:
     backbones: DemoBackbones = field(default_factory=DemoBackbones)
     student: DemoStudent = field(default_factory=DemoStudent)
     train: DemoTrain = field(default_factory=DemoTrain)
+    objective: DemoObjective = field(default_factory=DemoObjective)
     eval: DemoEval = field(default_factory=DemoEval)
     threads: int = 2
     # Training and evaluation runs side by side, each with threads / lanes intra-op threads. A run's numbers depend

@@ -46,11 +46,13 @@ def accuracy(texts: list[str], problems: list, task: ModuleType) -> tuple[float,
     return sum(right) / len(problems), sum(chain_right) / len(problems)
 
 
-def sampler_config(model: ElfModel, cfg: DemoConfig, sampler_name: str, nfe: int, seed: int) -> SamplerConfig:
-    """The demo's sampler settings for one cell: its w and rho, the model's training sigma, the final-line answer."""
+def sampler_config(model: ElfModel, cfg: DemoConfig, sampler_name: str, nfe: int, seed: int,
+                   drop_reg: bool = False) -> SamplerConfig:
+    """The demo's sampler settings for one cell: its w and rho, the model's training sigma, the final-line answer;
+    ``drop_reg``: the REG token left out (the "REG removed at inference" ablation)."""
     ev = cfg.eval
     return SamplerConfig(sampler=sampler_name, nfe=nfe, rho=ev.rho, w=ev.w, sigma=model.config.objective.sigma,
-                         seed=seed, extract="final-line")
+                         seed=seed, extract="final-line", drop_reg=drop_reg)
 
 
 CELL_LISTS = ("acc", "chain_acc", "correct", "exit_time", "seconds", "nfe_mean")
@@ -97,8 +99,9 @@ def encode_test(model: ElfModel, rows: list[dict]) -> tuple[torch.Tensor, torch.
 
 
 def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig, progress,
-             encoded: tuple[torch.Tensor, torch.Tensor, float]) -> dict:
-    """Accuracy of every (sampler, NFE, seed) on the test problems, from their prompts ``encode_test``-ed once."""
+             encoded: tuple[torch.Tensor, torch.Tensor, float], drop_reg: bool = False) -> dict:
+    """Accuracy of every (sampler, NFE, seed) on the test problems, from their prompts ``encode_test``-ed once;
+    ``drop_reg``: sampled without the REG token."""
     x, mask, encoder_s = encoded
     ev, task = cfg.eval, task_module(cfg)
     out: dict = {"encoder_seconds": encoder_s, "cells": []}
@@ -107,7 +110,8 @@ def evaluate(model: ElfModel, problems: list, rows: list[dict], cfg: DemoConfig,
         for seed in ev.seeds:
             t1 = time.perf_counter()
             texts, exits, spent, _ = sample_texts_nfe(model, x, mask,
-                                                      sampler_config(model, cfg, sampler_name, nfe, seed), ev.batch_size)
+                                                      sampler_config(model, cfg, sampler_name, nfe, seed, drop_reg),
+                                                      ev.batch_size)
             cell["seconds"].append(time.perf_counter() - t1)
             right, chain_right = per_problem(texts, problems, task)
             cell["acc"].append(sum(right) / len(problems))

@@ -47,7 +47,8 @@ def backbone_config(cfg: DemoConfig) -> BackboneConfig:
     b = cfg.backbones
     return BackboneConfig(encoder=folder, encoder_gguf_file=gguf, encoder_layer=b.encoder_layer, teacher=folder,
                           teacher_gguf_file=gguf, teacher_repa_layer=b.teacher_repa_layer,
-                          teacher_reg_layer=b.teacher_reg_layer, dtype=b.dtype)
+                          teacher_reg_layer=b.teacher_reg_layer, dtype=b.dtype,
+                          standardize_teacher=b.standardize_teacher)
 
 @dataclasses.dataclass
 class DemoData:

@@ -147,6 +147,32 @@ def _curves(results: dict, cfg: DemoConfig) -> list[str]:
     return lines + [""]
 
 
+def _terms(results: dict, cfg: DemoConfig) -> list[str]:
+    """What each term of the objective does in these runs: the text loss L_ELF near the end (the same batches and
+    draws for both students of a seed) and the auxiliary terms' gradient shares at the blocks."""
+    from elfreg.demo.ablations import fmt_mean_std
+
+    runs = {v: m.get("runs") or [] for v, m in results["models"].items()}
+    if not any(r.get("loss_elf") is not None for rs in runs.values() for r in rs):
+        return []
+    lines = ["## What each term does", "",
+             "L_ELF: the text loss averaged over the last 10 % of each run, mean ± std over training seeds (a seed "
+             "gives both students the same batches and draws). Gradient shares: each weighted auxiliary term's "
+             "gradient at the student's blocks, its norm relative to L_ELF's and its cosine with L_ELF's, averaged "
+             f"over the second half of each run (measured every {cfg.train.grad_share_every} steps: "
+             "`train.grad_share_every`). A share that stays large with a cosine near 0 takes part of each update "
+             "away from the text. `elfreg demo --ablations` trains the whole ladder (REPA only, REG only, REG "
+             "removed at inference, one learnable token, and settings for REG) over the training seeds "
+             "(docs/demo.md).", "",
+             "| model | L_ELF, last 10 % | REPA grad / L_ELF's | cosine | REG grad / L_ELF's | cosine |",
+             "|---|---|---|---|---|---|"]
+    for v, rs in runs.items():
+        cells = [fmt_mean_std([r.get(k) for r in rs], 1.0, 3 if k == "loss_elf" else 2)
+                 for k in ("loss_elf", "grad_rel_repa", "grad_cos_repa", "grad_rel_reg", "grad_cos_reg")]
+        lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def changed_settings(cfg: DemoConfig) -> list[str]:
     """The run's settings that differ from ``elfreg demo``'s defaults, as ``key=value`` overrides."""
     from elfreg.configtools import to_dict
@@ -281,7 +307,7 @@ def _time(results: dict, cfg: DemoConfig) -> list[str]:
 
 
 # The report's sections in order, each (results, cfg) -> markdown lines; a new section is one function here.
-SECTIONS = [_header, _budget, _accuracy_tables, _main_setting, _curves, adaptive_section, _claims_section,
+SECTIONS = [_header, _budget, _accuracy_tables, _main_setting, _curves, _terms, adaptive_section, _claims_section,
             _reproducibility, _time]
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from elfreg.config import BackboneConfig, ModelConfig, ObjectiveConfig
 from elfreg.configtools import to_dict
-from elfreg.demo.config import VARIANTS, DemoConfig
+from elfreg.demo.config import KINDS, VARIANTS, DemoConfig
 from elfreg.demo.evaluation import AccuracyCurve
 from elfreg.demo.prepare import DemoData
+from elfreg.train.metrics import read_metrics
 from elfreg.train.config import CanvasSection, DataConfig, RunConfig, TrainConfig
 from elfreg.train.trainer import Trainer
 
@@ -23,18 +24,23 @@ DEMO_ONLY = ("seeds", "min_steps")  # DemoTrain's fields that are not TrainConfi
 
 def run_config(cfg: DemoConfig, variant: str, bcfg: BackboneConfig, head_ids: list[int] | None,
                dims: dict[str, int], progress: bool = True, seed: int | None = None) -> RunConfig:
-    """The training run of one variant and training seed (default: the first); ELF and ELF-REG differ only in the
-    REG token and REPA."""
+    """The training run of one variant (a student of ``KINDS``: ELF, ELF-REG or an ablation arm's) and training
+    seed (default: the first); the students differ only in the extra token and REPA."""
     s, t = cfg.student, cfg.train
-    reg = variant == "ELF-REG"
+    if variant not in KINDS:
+        raise ValueError(f"unknown student {variant!r}; choose one of {sorted(KINDS)}")
+    extra, repa = KINDS[variant]
     model = ModelConfig(**dims, width=s.width, depth=s.depth, heads=s.heads, bottleneck_dim=s.bottleneck_dim,
-                        max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, extra_token="reg" if reg else "none",
-                        repa=reg, repa_block=s.repa_block, repa_hidden=s.repa_hidden, head_token_ids=head_ids)
+                        max_len=s.canvas_len, max_prompt_len=s.max_prompt_len, extra_token=extra,
+                        repa=repa, repa_block=s.repa_block, repa_hidden=s.repa_hidden, head_token_ids=head_ids,
+                        reg_io=s.reg_io)
     same = {k: v for k, v in dataclasses.asdict(t).items() if k not in DEMO_ONLY}  # the rest are TrainConfig's
     train_cfg = TrainConfig(**same, seed=t.seeds[0] if seed is None else seed, keep_last=1,
                             stats_canvases=min(1024, cfg.task.n_train), match_backbones=False, device="cpu",
                             progress=progress)
-    return RunConfig(model=model, objective=ObjectiveConfig(use_repa=reg, use_reg=reg), backbones=bcfg,
+    objective = ObjectiveConfig(use_repa=repa, use_reg=extra == "reg", repa_weight=cfg.objective.repa_weight,
+                                reg_weight=cfg.objective.reg_weight)
+    return RunConfig(model=model, objective=objective, backbones=bcfg,
                      train=train_cfg, data=DataConfig(task="math", features="cached"),
                      canvas=CanvasSection(overflow="error"))
 
@@ -84,7 +90,23 @@ def train_run(data: DemoData, cfg: DemoConfig, variant: str, seed: int, run_dir:
         trainer.hooks.append(tell)
     res = trainer.run()
     return {"seed": seed, "model_dir": str(res.model_dir), "steps": res.step,
-            "train_seconds": time.perf_counter() - t, "curve": curve.points}
+            "train_seconds": time.perf_counter() - t, "curve": curve.points, **run_summary(run_dir, res.step)}
+
+SUMMARY_KEYS = ("loss_elf", "grad_rel_repa", "grad_cos_repa", "grad_rel_reg", "grad_cos_reg")
+
+
+def run_summary(run_dir: Path, steps: int) -> dict:
+    """From a run's metrics.jsonl: the text loss L_ELF averaged over the last 10 % of the run's logged steps, and
+    each auxiliary term's gradient share (norm relative to L_ELF's, cosine) averaged over the second half's
+    measurements."""
+    records = read_metrics(run_dir / "metrics.jsonl")
+    late = [r["loss_elf"] for r in records if r["step"] > 0.9 * steps and isinstance(r.get("loss_elf"), float)]
+    out: dict = {"loss_elf": statistics.fmean(late) if late else None}
+    for key in ("grad_rel_repa", "grad_cos_repa", "grad_rel_reg", "grad_cos_reg"):
+        vals = [r[key] for r in records if r["step"] > steps / 2 and isinstance(r.get(key), float)]
+        out[key] = statistics.fmean(vals) if vals else None
+    return out
+
 
 WARMUP_STEPS, TIMED_STEPS = 2, 8  # per lane before the plan; the first steps build kernels and caches
 
@@ -146,4 +168,5 @@ def run_fingerprint(cfg: DemoConfig, variant: str, seed: int) -> dict:
         d["train"].pop(key)
     curve = {"every": ev.curve_every, "nfe": ev.main_nfe, "seed": ev.seeds[0], "rho": ev.rho, "w": ev.w}
     return resume_settings({"variant": variant, "seed": seed, "task": d["task"], "backbones": d["backbones"],
-                            "student": d["student"], "train": d["train"], "curve": curve})
+                            "student": d["student"], "train": d["train"], "objective": d["objective"],
+                            "curve": curve})

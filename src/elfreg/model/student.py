@@ -1,9 +1,10 @@
 """The ELF / ELF-REG student: one bidirectional transformer that is both denoiser and decoder (spec §1).
 
 Sequence layout: [t tokens | w tokens | mode tokens | REG or OLT token (optional) | L text tokens].
-The REG token (ELF-REG) carries the noisy REG state r_t: its own projection maps it (and its self-conditioning
-input) into the feature space d, after which it shares the text input path; its own head maps the final layer's
-output back to d_r. The OLT variant (ablation) puts one learnable token in the same slot, with no state.
+The REG token (ELF-REG) carries the noisy REG state r_t: with ``model.reg_io: shared`` its own projection maps it
+(and its self-conditioning input) into the feature space d, after which it shares the text input path, and its
+head maps final_linear's output back to d_r; with ``direct`` (the spec's wording) one projection takes it straight
+to the student width and an own head reads the final normed state. The OLT variant (ablation) puts one learnable token in the same slot, with no state.
 """
 
 from __future__ import annotations
@@ -56,11 +57,6 @@ class ElfStudent(nn.Module):
         self.time_tokens = nn.Parameter(torch.randn(1, cfg.num_time_tokens, h) * 0.02)
         self.w_tokens = nn.Parameter(torch.randn(1, cfg.num_w_tokens, h) * 0.02)
         self.mode_tokens = nn.Parameter(torch.randn(1, cfg.num_mode_tokens, h) * 0.02)
-        if cfg.extra_token == "reg":
-            self.reg_in = init_linear(nn.Linear(cfg.reg_dim, d))
-            self.reg_out = init_linear(nn.Linear(d, cfg.reg_dim))
-        elif cfg.extra_token == "olt":
-            self.olt_token = nn.Parameter(torch.randn(1, 1, h) * 0.02)
         self.blocks = nn.ModuleList(Block(h, cfg.heads, cfg.mlp_hidden, cfg.norm_eps) for _ in range(cfg.depth))
         self.final_norm = RMSNorm(h, cfg.norm_eps)
         self.final_linear = nn.Linear(h, d)
@@ -74,6 +70,21 @@ class ElfStudent(nn.Module):
         if cfg.head_token_ids is not None:
             self.register_buffer("head_ids", torch.tensor(cfg.head_token_ids, dtype=torch.long), persistent=False)
         self.repa_projector = RepaProjector(h, cfg.repa_hidden, cfg.teacher_dim) if cfg.repa else None
+        # The extra token's parameters are made last, so that every other parameter draws the same initial values
+        # with or without it (same seed): ELF, REPA only, REG only, ELF-REG and OLT start from one network.
+        if cfg.extra_token == "reg" and cfg.reg_io == "direct":
+            # spec §4: the REG state (and its self-conditioning input) projected straight to the student width; its
+            # own head reads the final normed state (zero-initialised, as final_linear)
+            self.reg_in = init_linear(nn.Linear(2 * cfg.reg_dim, h))
+            self.reg_out = nn.Linear(h, cfg.reg_dim)
+            nn.init.zeros_(self.reg_out.weight)
+            nn.init.zeros_(self.reg_out.bias)
+        elif cfg.extra_token == "reg":
+            # "shared": into the feature width d, then the text's input path; out through final_linear, then d -> d_r
+            self.reg_in = init_linear(nn.Linear(cfg.reg_dim, d))
+            self.reg_out = init_linear(nn.Linear(d, cfg.reg_dim))
+        elif cfg.extra_token == "olt":
+            self.olt_token = nn.Parameter(torch.randn(1, 1, h) * 0.02)
         self.grad_checkpointing = False
         # Batch invariance in eval mode (set by the generation pipeline; docs/sampling.md, "Batch invariance"):
         # 0: one pass for the whole batch (a row's last bits, and after many sampler steps rarely a token, then
@@ -256,8 +267,12 @@ class ElfStudent(nn.Module):
         if cfg.extra_token == "reg" and reg is not None:
             rq = torch.zeros_like(reg) if reg_q is None else reg_q
             with torch.autocast(z.device.type, enabled=False):
-                r_d = by_row(self.reg_in, torch.cat([reg, rq]).float(), rl)
-            parts.append(self._input_path(r_d[:b], r_d[b:], weights, rl)[:, None])
+                if cfg.reg_io == "direct":
+                    parts.append(by_row(self.reg_in, torch.cat([reg, rq], dim=-1).float(), rl)[:, None])
+                else:
+                    r_d = by_row(self.reg_in, torch.cat([reg, rq]).float(), rl)
+            if cfg.reg_io != "direct":
+                parts.append(self._input_path(r_d[:b], r_d[b:], weights, rl)[:, None])
             has_extra = True
         elif cfg.extra_token == "olt":
             parts.append(self.olt_token.expand(b, -1, -1))
@@ -284,7 +299,8 @@ class ElfStudent(nn.Module):
             h = self.final_norm(seq[:, cfg.num_prefix:].float())
             x_hat = by_row(self.final_linear, h[:, int(has_extra):], rl)
             if cfg.extra_token == "reg" and has_extra:
-                reg_hat = by_row(lambda v: self.reg_out(self.final_linear(v)), h[:, 0], rl)
+                head = self.reg_out if cfg.reg_io == "direct" else (lambda v: self.reg_out(self.final_linear(v)))
+                reg_hat = by_row(head, h[:, 0], rl)
         logits = None
         if isinstance(decoder, Tensor):
             if whole_head and decoder.any():

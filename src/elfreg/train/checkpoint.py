@@ -26,7 +26,7 @@ CKPT_RE = re.compile(r"^ckpt-(\d+)$")
 # "Checkpoints and resume"); every other key must equal the checkpoint's config.yaml.
 RESUMABLE = frozenset({"train.log_every", "train.save_every", "train.keep_last", "train.keep_epochs",
                        "train.progress", "train.tensorboard", "train.wandb_project", "train.device", "train.compile",
-                       "train.grad_checkpointing", "data.cache_dir", "canvas.max_overflow_fraction",
+                       "train.grad_checkpointing", "train.grad_share_every", "data.cache_dir", "canvas.max_overflow_fraction",
                        "canvas.overflow_check_rows"})
 # The run's length may change too (extended or cut) when the learning rate does not depend on it: a constant
 # schedule after the warm-up; a decaying schedule ends at the run's last step, so its length is part of the run.
@@ -58,7 +58,9 @@ def resume_settings(cfg: dict[str, Any]) -> dict[str, Any]:
     from elfreg.fingerprint import flatten
 
     flat = flatten(json.loads(json.dumps(cfg)))
-    free = RESUMABLE | (LENGTH if flat.get("train.lr_schedule") == "constant" else frozenset())
+    constant = all(flat.get(k, "constant") == "constant"
+                   for k in ("train.lr_schedule", "train.repa_weight_schedule", "train.reg_weight_schedule"))
+    free = RESUMABLE | (LENGTH if constant else frozenset())
     return {k: v for k, v in flat.items() if k not in free and k != "paper" and not k.startswith("paper.")}
 
 

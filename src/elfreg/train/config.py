@@ -29,6 +29,7 @@ TRAIN_RANGES = {
     "save_every": COUNT, "keep_last": COUNT, "stats_canvases": ROWS,
     "validate_every": Range(0, None, integer=True, why="0: at every checkpoint"),
     "validate_nfe": Range(2, 2 ** 16, integer=True),
+    "grad_share_every": Range(0, None, integer=True, why="0 turns the gradient shares off"),
 }
 from elfreg.data import CanvasConfig, SourceSpec
 
@@ -60,6 +61,16 @@ class TrainConfig:
     lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
     min_lr_ratio: float = 0.0
     decay_fraction: float = 1.0
+    # The auxiliary terms' weights over the run (objective.repa_weight, objective.reg_weight): "constant" (the
+    # paper's) or "decay", linearly from the weight at step 0 to 0 at the run's last step (elfreg.train.optim.
+    # aux_weights_at): an auxiliary term that helps early and then competes with the text fades out
+    repa_weight_schedule: Literal["constant", "decay"] = "constant"
+    reg_weight_schedule: Literal["constant", "decay"] = "constant"
+    # Per-term gradient shares (elfreg.train.gradshare): every this many steps (and at the last), the gradient of
+    # each weighted term of the loss at the student's blocks, its norm relative to L_ELF's and its cosine with it,
+    # in metrics.jsonl, the progress line and learning_curve.png. 0: off. Costs one more forward and one backward
+    # per term on those steps only (docs/training.md, "Per-term gradient shares"); the training is unchanged
+    grad_share_every: int = 100
     clip_grad: float = 1.0  # global gradient norm; 0 disables
     ema_decay: float = 0.9999  # short runs need less (e.g. 0.99)
     optimizer: Literal["muon", "adamw"] = "muon"  # muon: Muon on 2-D weight matrices, AdamW on the rest
@@ -135,6 +146,9 @@ class TrainConfig:
         check(self.lr_schedule in ("constant", "cosine", "linear"), "train.lr_schedule",
               f"unknown {self.lr_schedule!r}; choose constant, cosine or linear")
         check(self.muon_params in ("all", "hidden"), "train.muon_params", f"unknown {self.muon_params!r}")
+        for name in ("repa_weight_schedule", "reg_weight_schedule"):
+            check(getattr(self, name) in ("constant", "decay"), f"train.{name}",
+                  f"unknown {getattr(self, name)!r}; choose constant or decay")
         check(self.optimizer in ("muon", "adamw"), "train.optimizer", f"unknown {self.optimizer!r}")
         check(self.muon_impl in ("auto", "grouped", "torch", "reference"), "train.muon_impl",
               f"unknown {self.muon_impl!r}")

@@ -123,7 +123,10 @@ def cache_key(backbone_cfg, canvas_cfg: CanvasConfig, task: str, data_hash: str,
     """Hash of (backbone names/files/layers/dtype, canvas config, task, data content hash, teacher on/off)."""
     from elfreg.configtools import to_dict
 
-    payload = dict(version=CACHE_VERSION, backbones=to_dict(backbone_cfg), canvas=to_dict(canvas_cfg), task=task,
+    backbones = to_dict(backbone_cfg)
+    if backbones.get("standardize_teacher"):  # the cache holds raw teacher states either way: one cache for both
+        backbones["standardize_teacher"] = False
+    payload = dict(version=CACHE_VERSION, backbones=backbones, canvas=to_dict(canvas_cfg), task=task,
                    data=data_hash, teacher=need_teacher)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
 

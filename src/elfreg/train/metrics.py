@@ -46,6 +46,9 @@ class MetricsLog:
             if "val_loss" in values:   # the last validation stays on the line until the next
                 acc = values.get("val_acc")
                 self.shown = {"val_acc": "-" if acc is None else f"{acc:.1%}", "val_loss": "-" if values["val_loss"] is None else f"{values['val_loss']:.4f}"}
+            shares = share_summary(values)
+            if shares:   # the last measured gradient shares stay on the line until the next
+                self.shown["grad/elf"] = shares
             self.bar.set_postfix(loss=f"{values.get('loss', float('nan')):.4f}", **self.shown)
         if self.tb is not None:
             for k, v in values.items():
@@ -83,6 +86,21 @@ def read_metrics(path: str | Path) -> list[dict]:
     return out
 
 
+# the per-term gradient shares (elfreg.train.gradshare) a learning curve and the progress line show
+SHARE_TERMS = (("repa", "weighted L_REPA"), ("reg", "weighted L_REG"))
+
+
+def share_summary(values: dict) -> str:
+    """The progress line's gradient shares, e.g. ``repa 0.08 (cos +0.10) reg 0.41 (cos -0.02)``: each auxiliary
+    term's gradient norm at the blocks relative to L_ELF's and its cosine with it; empty when none was measured."""
+    parts = []
+    for name, _ in SHARE_TERMS:
+        rel, cos = values.get(f"grad_rel_{name}"), values.get(f"grad_cos_{name}")
+        if isinstance(rel, (int, float)) and isinstance(cos, (int, float)):
+            parts.append(f"{name} {rel:.2f} (cos {cos:+.2f})")
+    return " ".join(parts)
+
+
 # the loss terms a learning curve shows, with their names in the paper's objective (spec §4)
 CURVE_TERMS = (("loss", "total loss"), ("loss_elf", "L_ELF"), ("loss_repa", "L_REPA"), ("loss_reg", "L_REG"))
 
@@ -102,7 +120,9 @@ def plot_learning_curve(output: str | Path, name: str = "learning_curve.png") ->
 
     steps = [r["step"] for r in records]
     val = [r for r in records if "val_loss" in r]
-    fig, axes = plt.subplots(1, 3 if val else 2, figsize=(15 if val else 10, 3.4))
+    shared = [r for r in records if any(f"grad_rel_{n}" in r for n, _ in SHARE_TERMS)]
+    n_axes = 2 + bool(val) + bool(shared)
+    fig, axes = plt.subplots(1, n_axes, figsize=(5 * n_axes, 3.4))
     ax_loss, ax_lr = axes[0], axes[1]
     for key, label in CURVE_TERMS:
         values = [r.get(key) for r in records]
@@ -129,6 +149,21 @@ def plot_learning_curve(output: str | Path, name: str = "learning_curve.png") ->
         ax_val.set_title(f"validation ({val[-1].get('val_rows', '?')} held-out rows)")
         lines = ax_val.get_lines() + ax_vl.get_lines()
         ax_val.legend(lines, [ln.get_label() for ln in lines], loc="center right")
+    if shared:
+        ax_share = axes[-1]
+        ssteps = [r["step"] for r in shared]
+        for i, (term, label) in enumerate(SHARE_TERMS):
+            rel = [r.get(f"grad_rel_{term}") for r in shared]
+            if not any(isinstance(v, (int, float)) for v in rel):
+                continue
+            num = [v if isinstance(v, (int, float)) else float("nan") for v in rel]
+            cos = [r.get(f"grad_cos_{term}") for r in shared]
+            ax_share.plot(ssteps, num, marker="o", ms=3, color=f"C{i + 2}", label=f"{label}: norm / L_ELF's")
+            ax_share.plot(ssteps, [v if isinstance(v, (int, float)) else float("nan") for v in cos], ls="--",
+                          marker="x", ms=3, color=f"C{i + 2}", label=f"{label}: cosine with L_ELF's")
+        ax_share.axhline(0, color="0.6", lw=0.8)
+        ax_share.set_title("gradient at the blocks, per term")
+        ax_share.legend(fontsize=7)
     for ax in axes:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

@@ -22,6 +22,7 @@ Newton–Schulz on them costs more than the forward and backward (docs/training.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -327,3 +328,17 @@ class EMA:
         with torch.no_grad():
             for n, v in self.shadow.items():
                 v.copy_(state[n])
+
+
+def aux_weights_at(step: int, cfg: TrainConfig, objective, total_steps: int | None = None):
+    """The objective of optimiser step ``step`` (0-based): ``objective`` itself when both auxiliary weights are
+    constant (``train.*_weight_schedule``), else a copy whose decaying weights are w (1 - step / T), from w at the
+    first step to w / T at the last (T = ``total_steps``, default cfg.steps)."""
+    decay = [name for name in ("repa", "reg") if getattr(cfg, f"{name}_weight_schedule") == "decay"]
+    if not decay:
+        return objective
+    total = cfg.steps if total_steps is None else total_steps
+    if not total:
+        raise ValueError("a decaying auxiliary weight needs the run's length (train.steps or the plan's)")
+    left = max(0.0, 1.0 - step / total)
+    return dataclasses.replace(objective, **{f"{n}_weight": getattr(objective, f"{n}_weight") * left for n in decay})

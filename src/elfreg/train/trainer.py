@@ -38,7 +38,7 @@ from elfreg.train.config import RunConfig
 from elfreg.train.dist import DistInfo, all_reduce_sum, barrier, init_distributed, resolve_device, wrap
 from elfreg.train.features import CachedFeatures, StatsAccumulator, paper_token_mask, standardize_batch
 from elfreg.train.metrics import MetricsLog
-from elfreg.train.optim import EMA, build_optimizers, lr_at
+from elfreg.train.optim import EMA, aux_weights_at, build_optimizers, lr_at
 from elfreg.train.plan import TrainPlan, check_init, check_overflow, init_source
 from elfreg.train.rng import example_generators
 from elfreg.train.setup import (check_backbones, count_rows, match_backbones, need_teacher, plan_from_counts,
@@ -335,6 +335,9 @@ class Trainer(Checkpointing):
         total = all_reduce_sum(torch.stack([counts[k].float() for k in names]
                                            + [local_tokens.float().to(self.device)]), info)
         counts, tokens_t = {k: total[i] for i, k in enumerate(names)}, total[-1]
+        objective = aux_weights_at(step, cfg.train, cfg.objective, self.total_steps)
+        # measured before the step's own pass, on the same weights, batch and draws; nothing the step computes changes
+        shares = self._grad_shares(step, micro[0], objective)
         self.optim.set_lr(lr_at(step, cfg.train, self.warmup_steps, self.total_steps))
         self.optim.zero_grad()
         sums = torch.zeros(len(SUM_TERMS) + len(MEAN_TERMS), device=self.device)
@@ -343,7 +346,7 @@ class Trainer(Checkpointing):
             ctx = contextlib.nullcontext() if sync else self.module.no_sync()
             with ctx:
                 with self._autocast():
-                    out = self.module(batch, draws, cfg.objective, counts)
+                    out = self.module(batch, draws, objective, counts)
                 (out.loss * info.world_size).backward()
             vals = [out.terms.get(k, torch.zeros(())) for k in SUM_TERMS]
             vals += [out.terms[k] / (len(micro) * info.world_size) for k in MEAN_TERMS]
@@ -367,7 +370,28 @@ class Trainer(Checkpointing):
         metrics.update(lr=lr_at(step, cfg.train, self.warmup_steps, self.total_steps), grad_norm=float(full_tensor(grad_norm)),
                        time_features=t1 - t0, time_update=t2 - t1, tokens=tokens,
                        canvas_tokens=cfg.train.batch_size * cfg.train.grad_accum * micro[0][0].x.shape[1])
+        if objective is not cfg.objective:  # a decaying auxiliary weight: the step's own
+            metrics.update(repa_weight=objective.repa_weight, reg_weight=objective.reg_weight)
+        metrics.update(shares)
         return metrics
+
+    def grad_shares_due(self, step: int) -> bool:
+        """Whether optimiser step ``step`` (0-based) measures the per-term gradient shares (train.grad_share_every,
+        and the run's last step)."""
+        every = self.cfg.train.grad_share_every
+        return bool(every) and ((step + 1) % every == 0 or step + 1 == self.total_steps)
+
+    def _grad_shares(self, step: int, micro_batch, objective) -> dict[str, float]:
+        """elfreg.train.gradshare on the step's first micro-batch (main rank; not under FSDP, whose sharded
+        parameters the plain student cannot use on one rank alone)."""
+        if not self.grad_shares_due(step) or not self.info.is_main:
+            return {}
+        if self.info.enabled and self.cfg.train.parallel == "fsdp":
+            return {}
+        from elfreg.train.gradshare import grad_shares
+
+        batch, draws = micro_batch
+        return grad_shares(self.student, batch, draws, objective, self._autocast())
 
     # -- counts: tokens, epochs, overflow -------------------------------------------------------------------------
     def overflow_counts(self) -> tuple[int, int]:
@@ -423,7 +447,8 @@ class Trainer(Checkpointing):
                 validate = self.validation is not None and self.validation.due(step, total, checkpoint)
                 if validate:
                     metrics.update(self.validate(step))
-                if step % tc.log_every == 0 or step == total or validate:
+                shares = any(k.startswith("grad_rel_") for k in metrics)
+                if step % tc.log_every == 0 or step == total or validate or shares:
                     metrics.update(self.progress(step), **self.precision.record())
                     log.log(step, metrics)
                     self.check_overflow(metrics)
