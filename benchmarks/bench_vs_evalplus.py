@@ -211,7 +211,7 @@ def profile(args: argparse.Namespace, samples: Path, tmp: Path, floor: float) ->
     subprocess.run([sys.executable, "-m", "elfreg", "eval", "score", "--help"],
                    env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), capture_output=True, check=True)
     t_start = time.perf_counter() - t0
-    code = "import sys, elfreg.cli; elfreg.cli.build_parser('eval'); print('torch' in sys.modules)"
+    code = "import sys, elfreg.cli; elfreg.cli.build_parser('eval', 'score'); print('torch' in sys.modules)"
     torch = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT / "src")),
                            capture_output=True, text=True, check=True).stdout.strip() == "True"
     from elfreg.eval.cli import load_for_eval
