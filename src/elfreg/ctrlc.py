@@ -86,3 +86,33 @@ class CtrlC:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
+
+
+def run_alone(command: str, add_arguments: Callable, run: Callable, argv: list[str] | None = None) -> int:
+    """``python -m elfreg.<command>``: that command's parser and ``run`` alone (what torchrun starts), with one line
+    and exit code 130 on Ctrl-C, whenever it comes."""
+    import argparse
+
+    prog = f"python -m elfreg.{command}"
+    parsed: list[argparse.Namespace] = []
+
+    def interrupted() -> str:
+        if not parsed:
+            return f"{prog}: interrupted before it started; nothing was written"
+        return f"{prog}: interrupted; {INTERRUPTED[command].format(out=parsed[0].output)}"
+
+    with CtrlC(interrupted) as ctrl:
+        parser = argparse.ArgumentParser(prog=prog)
+        add_arguments(parser)
+        parsed.append(parser.parse_args(argv))
+        ctrl.working = True
+        try:
+            return run(parsed[0])
+        except KeyboardInterrupt:
+            print(interrupted(), file=sys.stderr)
+            return 130
+        except Exception:
+            if not ctrl.seen:
+                raise
+            print(interrupted(), file=sys.stderr)
+            return 130

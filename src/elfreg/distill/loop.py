@@ -30,7 +30,7 @@ import yaml
 
 from elfreg.atomic import atomic_write_text
 from elfreg.config import ElfRegConfig
-from elfreg.configtools import ConfigError, to_dict
+from elfreg.configtools import to_dict
 from elfreg.distill.config import DistillRunConfig
 from elfreg.distill.draws import distill_draws
 from elfreg.distill.loss import DistillLoss
@@ -39,8 +39,7 @@ from elfreg.distill.record import DistillRecord
 from elfreg.pretrained import ElfModel
 from elfreg.train import checkpoint as ck
 from elfreg.train.config import RunConfig
-from elfreg.train.dist import barrier, init_distributed, resolve_device, wrap
-from elfreg.train.optim import EMA, build_optimizers
+from elfreg.train.dist import barrier, init_distributed, resolve_device
 from elfreg.train.trainer import Trainer, TrainResult
 
 # Hook of a distillation run: hook(stage index (1-based), optimiser step within the stage), after every step.
@@ -105,11 +104,7 @@ class StageTrainer(Trainer):
         # a copy of the teacher folder's weights (the original model's EMA weights, every round), frozen
         self.teacher_net = copy.deepcopy(teacher.student).to(self.device).eval().requires_grad_(False)
         loss = DistillLoss(self.teacher_net, d.method, self.round, d.diagonal_frac, d.full_frac)
-        self.module = wrap(student, tc.parallel, self.info, self.device, loss=loss)
-        if tc.compile:
-            self.module = torch.compile(self.module)
-        self.optim = build_optimizers(student, tc, self.precision.fast_bf16)
-        self.ema = EMA(student, tc.ema_decay)
+        self._build_update(student, loss)
         if self.resume_from is not None:
             self._load_train_state(ema_init)
 

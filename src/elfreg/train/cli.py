@@ -127,30 +127,7 @@ def register(subparsers) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m elfreg.train``: the ``train`` command alone (one line and exit code 130 on Ctrl-C, whenever it
-    comes: elfreg.ctrlc)."""
-    from elfreg.ctrlc import INTERRUPTED, CtrlC
+    """``python -m elfreg.train``: the ``train`` command alone (one line and exit code 130 on Ctrl-C)."""
+    from elfreg.ctrlc import run_alone
 
-    prog = "python -m elfreg.train"
-    parsed: list[argparse.Namespace] = []
-
-    def interrupted() -> str:
-        if not parsed:
-            return f"{prog}: interrupted before it started; nothing was written"
-        return f"{prog}: interrupted; {INTERRUPTED['train'].format(out=parsed[0].output)}"
-
-    with CtrlC(interrupted) as ctrl:
-        parser = argparse.ArgumentParser(prog=prog)
-        add_arguments(parser)
-        parsed.append(parser.parse_args(argv))
-        ctrl.working = True
-        try:
-            return run(parsed[0])
-        except KeyboardInterrupt:
-            print(interrupted(), file=sys.stderr)
-            return 130
-        except Exception:
-            if not ctrl.seen:
-                raise
-            print(interrupted(), file=sys.stderr)
-            return 130
+    return run_alone("train", add_arguments, run, argv)

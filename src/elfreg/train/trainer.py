@@ -260,17 +260,23 @@ class Trainer(Checkpointing):
         student.grad_checkpointing = tc.grad_checkpointing
         self.student = student
         self.precision = self._resolve_precision()
-        self.module = wrap(student, tc.parallel, self.info, self.device)
-        if tc.compile:
-            self.module = torch.compile(self.module)
-        self.optim = build_optimizers(student, tc, self.precision.fast_bf16)
-        self.ema = EMA(student, tc.ema_decay)
+        self._build_update(student)
         if self.resume_from is not None:
             self._load_train_state(ema_init)
         elif ema_init is not None:  # train.init_from: the EMA continues; the optimiser too when asked
             self._assign_ema(ema_init)
             if self.init_optimizer_from is not None:
                 self._load_optimizer(self.init_optimizer_from, "train.init_optimizer: continue")
+
+    def _build_update(self, student: torch.nn.Module, loss: torch.nn.Module | None = None) -> None:
+        """What updates ``student``: the wrapped module (DDP / FSDP, compiled when asked; ``loss``: another loss
+        module than training's), the optimisers and the EMA."""
+        tc = self.cfg.train
+        self.module = wrap(student, tc.parallel, self.info, self.device, loss=loss)
+        if tc.compile:
+            self.module = torch.compile(self.module)
+        self.optim = build_optimizers(student, tc, self.precision.fast_bf16)
+        self.ema = EMA(student, tc.ema_decay)
 
     def _resolve_precision(self) -> Precision:
         """train.precision for this run (elfreg.precision: on a CPU, measured at the student's shapes); under
