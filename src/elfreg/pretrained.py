@@ -66,7 +66,7 @@ class ElfModel:
         self._backbones = None
         self._device = torch.device("cpu")
         self.folder: Path | None = None   # the folder it was loaded from or last saved to (push_to_hub's default)
-        # a distilled model's record (elfreg.distill.record: teacher, method, rounds, sampler defaults), saved as
+        # a distilled model's record (elfreg.distilled: teacher, method, rounds, sampler defaults), saved as
         # distill.json; None for a trained model
         self.distill = None
 
@@ -106,7 +106,7 @@ class ElfModel:
         for name in FILES:
             make_shareable(folder / name)
         if self.distill is not None:
-            from elfreg.distill.record import write_record
+            from elfreg.distilled import write_record
 
             make_shareable(write_record(folder, self.distill))
         write_card(folder, payload, self.prompt_template, training)
@@ -161,7 +161,7 @@ class ElfModel:
         model = cls(config, student.eval(), FeatureStats.from_tensors(stats, "x"), FeatureStats.from_tensors(stats, "reg"),
                     FeatureStats.from_tensors(stats, "teacher"), prompt_template=template)
         model.folder = folder
-        from elfreg.distill.record import read_record
+        from elfreg.distilled import read_record
 
         model.distill = read_record(folder)
         return model.to(device)

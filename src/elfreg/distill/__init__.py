@@ -8,7 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from elfreg.distill.config import DistillConfig, DistillRunConfig, load_distill_config
-from elfreg.distill.record import DistillRecord, read_record, sampler_defaults
+from elfreg.distilled import DistillRecord, read_record, sampler_defaults
 
 __all__ = ["DistillConfig", "DistillRunConfig", "DistillRecord", "distill", "distill_pd", "distill_flowmap",
            "load_distill_config", "read_record", "sampler_defaults"]

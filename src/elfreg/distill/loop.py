@@ -35,7 +35,7 @@ from elfreg.distill.config import DistillRunConfig
 from elfreg.distill.draws import distill_draws
 from elfreg.distill.loss import DistillLoss
 from elfreg.distill.pd import PDRound, pd_rounds
-from elfreg.distill.record import DistillRecord
+from elfreg.distilled import DistillRecord
 from elfreg.pretrained import ElfModel
 from elfreg.train import checkpoint as ck
 from elfreg.train.config import RunConfig
@@ -251,7 +251,7 @@ def distill(teacher: str | Path, output: str | Path, run: DistillRunConfig, resu
 
 def _publish(src: Path, dst: Path, record: DistillRecord) -> None:
     """Copy the last stage's model folder to ``dst`` with the run's final record, whole or not at all."""
-    from elfreg.distill.record import write_record
+    from elfreg.distilled import write_record
 
     tmp = dst.parent / f".tmp-{dst.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

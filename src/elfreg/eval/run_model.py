@@ -325,7 +325,7 @@ def cmd_eval_run(args: argparse.Namespace) -> int:
     if args.benchmark not in (*registry.names(), CUSTOM):
         raise ValueError(f"--benchmark: unknown benchmark {args.benchmark!r}; one of {', '.join(registry.names())}, "
                          f"{CUSTOM}")
-    from elfreg.distill.record import sampler_defaults
+    from elfreg.distilled import sampler_defaults
 
     runs = resolve_runs(args.protocol, args.benchmark,
                         {k: getattr(args, k, None) for k in ("sampler", "nfe", "rho", "samples", "w", "task")}

@@ -108,7 +108,7 @@ class ElfLM(LM):
         if w is None:
             w = w_for_task(str(task)) if task else SamplerConfig.w
         # sampler, nfe and grid not given: a distilled model folder's own (its distill.json), else early-stop at 64
-        from elfreg.distill.record import sampler_defaults
+        from elfreg.distilled import sampler_defaults
         from elfreg.sampling.config import with_model_defaults
 
         chosen = with_model_defaults(sampler_defaults(pretrained) if isinstance(pretrained, str) else {},

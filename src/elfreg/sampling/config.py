@@ -101,7 +101,7 @@ def w_for_task(task: str) -> float:
 def with_model_defaults(model_defaults: dict[str, Any], sampler: str | None = None, nfe: int | None = None,
                         grid: str | None = None) -> dict[str, Any]:
     """sampler, nfe and grid as given; each one not given from the model's own defaults (a distilled model's record,
-    elfreg.distill.record.sampler_defaults: full-span on the uniform grid at its steps + 1), else SamplerConfig's.
+    elfreg.distilled.sampler_defaults: full-span on the uniform grid at its steps + 1), else SamplerConfig's.
     The model's grid goes with its sampler: another sampler asked for gets SamplerConfig's grid."""
     chosen = sampler if sampler is not None else model_defaults.get("sampler", SamplerConfig.sampler)
     if grid is None:

@@ -78,7 +78,7 @@ def add_sampler_arguments(p: argparse.ArgumentParser) -> None:
 def sampler_config_from_args(args: argparse.Namespace, **given: Any) -> SamplerConfig:
     """SamplerConfig from parsed arguments, a sampler setting in ``given`` (e.g. a protocol run's) overriding its flag;
     ValueError naming the field on bad input."""
-    from elfreg.distill.record import sampler_defaults
+    from elfreg.distilled import sampler_defaults
 
     flags = dict(task=args.task, w=args.w, extract=args.extract, sigma=args.sigma, sampler=args.sampler, nfe=args.nfe,
                  rho=args.rho, grid=args.grid, p=args.p, eta=args.eta, drop_reg=args.drop_reg, seed=args.seed,

@@ -64,7 +64,7 @@ def model_sampler_config(model: Any, sampler: str | None = None, nfe: int | None
                          task: str | None = None, **options: Any) -> SamplerConfig:
     """``sampler_config`` with the model's training sigma as the default noise scale (as ``elfreg generate``); the
     sampler, NFE and grid not given are the model's (a distilled model's record), else early-stop at 64 NFE."""
-    from elfreg.distill.record import sampler_defaults
+    from elfreg.distilled import sampler_defaults
 
     if options.get("sigma") is None:
         options["sigma"] = model.config.objective.sigma

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from elfreg.configtools import ConfigError
-from elfreg.distill.record import DistillRecord, read_record, sampler_defaults, write_record
+from elfreg.distilled import DistillRecord, read_record, sampler_defaults, write_record
 from elfreg.sampling.config import with_model_defaults
 
 
