@@ -154,21 +154,34 @@ def test_a_long_string_is_sent_as_text_exactly_up_to_the_threshold():
         assert encode_output(s) == digest_of(s)
 
 
-def test_a_long_plain_string_digests_as_its_json_text():
-    # the digest form writes a long ASCII string with nothing to escape without json's per-character pass: the
-    # same text as json.dumps, and every character json escapes (controls, quote, backslash, DEL) takes json's path
+def test_a_long_string_digests_as_its_utf8_bytes():
+    # the digest form writes a string of at least BLOB_MIN characters as a NUL, "S", its byte count and its UTF-8
+    # bytes (no JSON escaping pass over megabytes): every character stays distinct, a lone surrogate included
     import hashlib
 
     body = "0 1 2 " * (DIGEST_THRESHOLD // 5)
-    for c in map(chr, range(128)):
+    shas = set()
+    for c in [*map(chr, range(128)), "\u00e9", "\u2603", "\ud800"]:
         s = body + c
-        text = json.dumps(s)
-        assert encode_output(s) == {"sha": hashlib.sha256(text.encode()).hexdigest(), "n": len(text)}, repr(c)
-        assert digest_of([s, 1]) == digest_of([s, 1.0])
-    for s in (body + "é", body + "\u2603", body + "\ud800"):
-        text = json.dumps(s)
-        assert encode_output(s) == {"sha": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
-                                    "n": len(text)}
+        data = s.encode("utf-8", "surrogatepass")
+        form = b"\0S" + len(data).to_bytes(8, "little") + data
+        got = encode_output(s)
+        assert got == {"sha": hashlib.sha256(form).hexdigest(), "n": len(form)}, repr(c)
+        assert got == digest_of(s) and digest_of([s, 1]) == digest_of([s, 1.0])
+        shas.add(got["sha"])
+    assert len(shas) == 131
+    # the byte count keeps the form unambiguous: a long string that holds what follows it in another value
+    tail = '","x"]'
+    assert digest_of([body + tail]) != digest_of([body, "x"])
+    assert digest_of([body, "x"]) == digest_of([body, "x"]) and digest_of([body]) != digest_of([body + "\0"])
+    # inside a set or a dict (their parts are sorted as text) a long string keeps its JSON text
+    for value in ({body, "a"}, {"k": body}, {body: 1}, [{body}, body]):
+        assert encode_output(value) == digest_of(value) == digest_of(eval(repr(value)))
+    assert digest_of({body, "a"}) != digest_of({body, "b"}) and digest_of({"k": body}) != digest_of({"k": body + "."})
+    # shorter strings keep their JSON text in the digest form
+    short = "y" * (BLOB_MIN - 1)
+    text = encode_text([short] * 40)
+    assert digest_of([short] * 40) == {"sha": hashlib.sha256(text.encode()).hexdigest(), "n": len(text)}
 
 
 def test_a_number_list_past_the_text_limit_digests_as_one_computed_from_scratch():

@@ -14,6 +14,11 @@ from pathlib import Path
 from .records import MAX_RECORD_BYTES, RecordStream
 
 
+# The harness's pause between looks at a running program's pipe (:func:`collect`): at most this much later it reads
+# the closing record of a run (0.25 ms per run on average), against a wake-up per record without it.
+GATHER_S = 0.0005
+
+
 @dataclass
 class RunResult:
     """Everything the harness learned from one sandboxed run."""
@@ -83,6 +88,10 @@ def collect(r_fd: int, t0: float, deadline_s: float, stream: RecordStream, max_r
             if looked >= next_due():  # also when bytes keep coming but no record completes
                 res.timed_out = True
                 break
+            # Let a few records gather before looking again: a program of fast calls writes a record every few
+            # microseconds, and a wake-up per record (select, reads, the split) was most of the harness's CPU.
+            # A record read later only starts the next call's clock later (more lenient, never stricter).
+            time.sleep(min(GATHER_S, max(0.0, next_due() - time.monotonic())))
     finally:
         release(r_fd)
     return res

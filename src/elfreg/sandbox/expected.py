@@ -31,8 +31,8 @@ from .sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = "v5"  # bump when the cached row layout changes (v4: harness-measured times, MAC per row; v5:
-# digests write numbers by value, the reference's load time per test set)
+CACHE_FORMAT = "v6"  # bump when the cached row layout changes (v4: harness-measured times, MAC per row; v5:
+# digests write numbers by value, the reference's load time per test set; v6: digests write long strings as bytes)
 _ISOLATED_KEY = "key"
 
 

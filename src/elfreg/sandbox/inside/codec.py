@@ -24,8 +24,10 @@ from itertools import compress
 # An output is sent as its text when that is at most DIGEST_THRESHOLD characters and holds no list or tuple (outside
 # dicts and sets, which encode their parts as text) of at least BLOB_MIN numbers; otherwise as the sha256 of its
 # digest form (:func:`digest_of`): the text with numbers written by value (``True``, ``1`` and ``1.0`` alike, as
-# ``==`` and so EvalPlus have them) and such sequences as binary doubles (:func:`_numbers_blob`), which is far
-# cheaper than their decimals.
+# ``==`` and so EvalPlus have them), such sequences as binary doubles (:func:`_numbers_blob`), which is far
+# cheaper than their decimals, and strings of at least BLOB_MIN characters as their UTF-8 bytes (a NUL, ``S``, the
+# byte count, the bytes: no JSON escaping pass over megabytes). A NUL never occurs in JSON text, and each binary
+# part says its length, so the form stays unambiguous: equal digest forms are equal values.
 DIGEST_THRESHOLD = 1 << 20
 BLOB_MIN = 1 << 16
 _BLOB_SMALLEST = 16  # the digest form writes shorter number sequences as text
@@ -41,20 +43,6 @@ def _by_value(x):
     if isinstance(x, float) and type(x).__module__ != "numpy" and float.is_integer(x):
         return int(x)
     return x
-
-
-_ESCAPED = bytes(range(0x20)) + b'"\\\x7f'  # what json.dumps escapes in an ASCII string: controls, quote, backslash, DEL
-
-
-def _plain_quoted(s: str) -> str | None:
-    """``json.dumps(s)`` when ``s`` is ASCII with nothing to escape, found in one bytes pass rather than json's
-    per-character one (HumanEval+/15's multi-megabyte outputs); else None."""
-    if type(s) is not str or not s.isascii():
-        return None
-    data = s.encode("ascii")
-    if len(data.translate(None, _ESCAPED)) != len(data):
-        return None
-    return '"' + s + '"'
 
 
 def _encode(x, put, depth=0, ordered=False, blob=None, digest=False):
@@ -81,8 +69,13 @@ def _encode(x, put, depth=0, ordered=False, blob=None, digest=False):
         x = float(x)
         put(repr(x) if math.isfinite(x) else '{"$f":"%s"}' % repr(x))
     elif isinstance(x, str):
-        quoted = _plain_quoted(x) if digest and len(x) >= BLOB_MIN else None
-        put(json.dumps(str(x)) if quoted is None else quoted)
+        if digest and blob is not None and len(x) >= BLOB_MIN:  # the streamed digest (not a set's or dict's parts,
+            # which are sorted as text): its bytes, not its JSON text, so no per-character pass and no escapes
+            data = str(x).encode("utf-8", "surrogatepass")
+            put(b"\0S" + len(data).to_bytes(8, "little"))
+            put(data)
+        else:
+            put(json.dumps(str(x)))
     elif isinstance(x, (bytes, bytearray)):
         put('{"$b":"%s"}' % bytes(x).hex())
     elif isinstance(x, complex):
@@ -154,17 +147,20 @@ def _numbers_blob(xs, types: set) -> bytes | None:
         return None
     if float in types and math.isnan(sum(values)):
         return None
-    # every value below 2^53 in magnitude (their sum is: adding non-negative doubles never rounds below a term)
-    # makes every int exact; else look at the ints one by one
-    if types != _FLOATS and not (float in types and sum(map(abs, values)) < _EXACT_INT):
+    # every double below 2^53 in magnitude: every int is exact (an int past it becomes a double of at least 2^53,
+    # 2^53 + 1 included); else look at the ints one by one
+    if types != _FLOATS and not (-_EXACT_INT < min(values) and max(values) < _EXACT_INT):
         ints = xs if float not in types else list(compress(xs, map(_NOT_FLOAT.__contains__, map(type, xs))))
         if max(map(abs, ints)) > _EXACT_INT and any(float(k) != k for k in ints):  # one a double does not hold
             return None
-    if _has_negative_zero(values):
+    data = values.tobytes()
+    if _has_negative_zero(data):
         values = array("d", [v + 0.0 for v in values])  # -0.0 + 0.0 is 0.0
+        data = values.tobytes()
     if sys.byteorder == "big":
         values.byteswap()
-    return b"\0N" + len(xs).to_bytes(8, "little") + values.tobytes()
+        data = values.tobytes()
+    return b"\0N" + len(xs).to_bytes(8, "little") + data
 
 
 _FLOATS = {float}
@@ -172,15 +168,20 @@ _NOT_FLOAT = frozenset((int, bool))
 _NEGATIVE_ZERO = array("d", [-0.0]).tobytes()
 
 
-def _has_negative_zero(values: array) -> bool:
-    """Whether ``values`` holds a -0.0 (a search of its bytes: ``count(0.0)`` makes an object per element)."""
-    data = values.tobytes()
+def _has_negative_zero(data: bytes) -> bool:
+    """Whether doubles ``data`` (the machine's byte order) hold a -0.0: a search of the bytes (``count(-0.0)``
+    makes an object per element, and finds 0.0 too)."""
     i = data.find(_NEGATIVE_ZERO)
     while i >= 0:
         if i % 8 == 0:
             return True
         i = data.find(_NEGATIVE_ZERO, i + 1)
     return False
+
+
+def _has_long_str(xs) -> bool:
+    """Whether a sequence holds a string the digest form writes as bytes (:func:`_encode`), not as JSON text."""
+    return any(len(e) >= BLOB_MIN for e in xs if type(e) is str)
 
 
 def _encode_seq(xs, put, depth, open_, close, ordered=False, blob=None, digest=False):
@@ -197,7 +198,8 @@ def _encode_seq(xs, put, depth, open_, close, ordered=False, blob=None, digest=F
             put(data)
             put(close)
             return
-        flat = None if digest and types & _BY_VALUE else _flat_text(xs, types)
+        bytes_form = blob is not None and str in types and _has_long_str(xs)
+        flat = None if digest and (types & _BY_VALUE or bytes_form) else _flat_text(xs, types)
         if flat is not None:
             put(open_ + flat + close)
             return
@@ -270,6 +272,11 @@ def _digest(x, blobs: dict) -> dict:
         if type(s) is str:
             s = s.encode("utf-8", "surrogatepass")
         count[0] += len(s)
+        if len(s) > DIGEST_THRESHOLD:  # a big piece (a blob, a long string): hashed where it is, not copied
+            h.update(chunk)
+            chunk.clear()
+            h.update(s)
+            return
         chunk.extend(s)
         if len(chunk) > DIGEST_THRESHOLD:  # hashed in chunks: one update per small piece is slow on huge outputs
             h.update(chunk)
