@@ -13,7 +13,8 @@ EvalPlus runs offline from elfreg's shipped copy of HumanEval+ v0.1.10 (``HUMANE
 round: both wall times and the ratio; at the end the median ratio, whether the per-sample verdicts are identical
 (EvalPlus 0.3.1 fails HumanEval/32 for every solution, a known bug fixed upstream after 0.3.1: that task is
 listed apart), and the floor: the time to run every sample's inputs once on ``workers`` cores, from EvalPlus' own
-ground-truth run (copies x its reported time / workers). No assertion on speed.
+ground-truth run (copies x its reported time / workers), and how fast this machine runs ``workers`` programs at
+once against one alone (:func:`core_scaling`: the floor assumes each runs as fast as alone). No assertion on speed.
 
 ``--sanitizer-samples FILE`` also compares the two sanitizers on real model output: FILE is JSONL, one raw
 generation per line (``text``, ``solution`` or ``completion``, and ``entry_point`` when known). Printed: how many
@@ -197,9 +198,30 @@ def main() -> int:
               f"ratio {statistics.median(ratios):.2f}x (min {min(ratios):.2f}x, max {max(ratios):.2f}x)")
         print(f"floor (every sample's inputs run once on {args.workers} cores, from EvalPlus' ground truth): "
               f"{floor:.1f} s; elfreg is {statistics.median(t_el) / floor:.2f}x the floor")
+        scaling = core_scaling(args.workers)
+        print(f"this machine's cores: {args.workers} programs at once each run at {scaling:.2f}x the speed of one "
+              f"alone (the floor assumes 1.00; at this speed it would be {floor / scaling:.1f} s, elfreg "
+              f"{statistics.median(t_el) * scaling / floor:.2f}x it)")
         if args.profile:
             profile(args, samples, tmp, floor)
     return 0
+
+
+_SPIN = "import time; t = time.perf_counter(); sum(i * i for i in range(6_000_000)); print(time.perf_counter() - t)"
+
+
+def core_scaling(workers: int, rounds: int = 3) -> float:
+    """How much of ``workers`` times one program's speed this machine gives ``workers`` programs at once: the same
+    pure-Python loop alone, then in ``workers`` processes together (rounds interleaved; the medians' ratio, 1.0 =
+    each runs as fast as alone). The floor assumes 1.0; shared or hyper-threaded cores give less."""
+    alone, together = [], []
+    for _ in range(rounds):
+        alone.append(float(subprocess.run([sys.executable, "-c", _SPIN], capture_output=True, text=True,
+                                          check=True).stdout))
+        procs = [subprocess.Popen([sys.executable, "-c", _SPIN], stdout=subprocess.PIPE, text=True)
+                 for _ in range(workers)]
+        together.append(max(float(p.communicate()[0]) for p in procs))
+    return statistics.median(alone) / statistics.median(together)
 
 
 def profile(args: argparse.Namespace, samples: Path, tmp: Path, floor: float) -> None:
