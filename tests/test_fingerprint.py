@@ -30,6 +30,16 @@ def test_model_identity_sees_the_bytes_not_the_mtime(tmp_path):
     assert model_identity("org/some-model") == "org/some-model"  # a hub id stands for itself
 
 
+def test_a_setting_added_later_reads_as_its_old_behaviour_in_an_older_record():
+    from elfreg.fingerprint import ADDED_LATER
+
+    assert ADDED_LATER["model.flow_map"] is False
+    older = {"model.width": 64}  # recorded before model.flow_map existed
+    assert differences(older, {"model.width": 64, "model.flow_map": False}) == []
+    assert differences(older, {"model.width": 64, "model.flow_map": True}) == [("model.flow_map", False, True)]
+    assert differences({"x": 1}, {"x": 1, "y": 2}) == [("y", "unset", 2)]  # any other new key still differs
+
+
 def test_differences_and_the_one_line_message():
     old = flatten({"nfe": 64, "train": {"lr": 0.001, "steps": 3}, "seed": 0})
     new = flatten({"nfe": 32, "train": {"lr": 0.001, "steps": 3}, "extra": True, "seed": 0})

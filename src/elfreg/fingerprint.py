@@ -92,11 +92,23 @@ def _show(v: Any) -> str:
     return text if len(text) <= 40 else text[:16] + "…"
 
 
+# Settings added after outputs were made, each with the value that does what elfreg did before it existed: a record
+# written before the key existed was made with that value, so the output still resumes (else every new field would
+# refuse every older output). A new field whose default keeps old runs as they were belongs here.
+ADDED_LATER: dict[str, Any] = {
+    "model.flow_map": False,  # flow-map students (elfreg distill)
+}
+
+
 def differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """(key, old value, new value) of every key whose value differs (a missing key reads as "unset")."""
+    """(key, old value, new value) of every key whose value differs (a missing key reads as its
+    :data:`ADDED_LATER` value, else as "unset")."""
     unset = "unset"
-    return [(k, old.get(k, unset), new.get(k, unset)) for k in sorted(set(old) | set(new))
-            if old.get(k, unset) != new.get(k, unset)]
+
+    def get(d: dict[str, Any], k: str) -> Any:
+        return d.get(k, ADDED_LATER.get(k, unset))
+
+    return [(k, get(old, k), get(new, k)) for k in sorted(set(old) | set(new)) if get(old, k) != get(new, k)]
 
 
 def mismatch_message(where: str | os.PathLike, diffs: list[tuple[str, Any, Any]], flag: str = "--out") -> str:
