@@ -146,3 +146,69 @@ def test_lane_mode_is_validated():
     assert DemoConfig(lane_mode="threads").lane_mode == "threads"
     with pytest.raises(ConfigError, match="lane_mode"):
         DemoConfig(lane_mode="fibers")
+
+
+_LANE_JOB = '''
+import os, time
+
+
+def tell_and_sleep(path):
+    with open(path + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".tmp", path)
+    time.sleep(120)
+'''
+
+_DEMO = '''
+import sys
+from elfreg.demo.lanes import LanePool
+import lanejob
+
+with LanePool(1) as pool:
+    pool.map(lanejob.tell_and_sleep, [(sys.argv[1],)])
+'''
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (no /proc entry, or a zombie nobody reaped yet)."""
+    from pathlib import Path
+
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc"), reason="reads /proc (Linux)")
+def test_a_killed_demo_takes_its_lanes_with_it(tmp_path):
+    # `kill -9` of the demo (no Ctrl-C reaches its lanes): a lane must not train on unseen, writing into the output
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from elfreg.demo.lanes import PARENT_CHECK_S
+
+    (tmp_path / "lanejob.py").write_text(_LANE_JOB)
+    told = tmp_path / "worker.pid"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    demo = subprocess.Popen([sys.executable, "-c", _DEMO, str(told)], env=env)
+    worker = None
+    try:
+        deadline = time.monotonic() + 120
+        while not told.exists() and time.monotonic() < deadline and demo.poll() is None:
+            time.sleep(0.1)
+        assert told.exists(), "the lane never started its job"
+        worker = int(told.read_text())
+        assert not _gone(worker)
+        demo.kill()
+        demo.wait()
+        deadline = time.monotonic() + 10 * PARENT_CHECK_S + 10
+        while not _gone(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _gone(worker), "the lane outlived the demo"
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+        if worker is not None and not _gone(worker):
+            os.kill(worker, signal.SIGKILL)

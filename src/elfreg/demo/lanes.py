@@ -15,6 +15,7 @@ queue (one bar for all runs).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -25,11 +26,25 @@ _WORKER: dict[str, Any] = {}  # in a worker process: its config, shared data, st
 
 
 def _start(stop, queue, together, init: Callable | None, args: tuple) -> None:
-    """Worker initializer: keep the stop event, the progress queue and the lanes' barrier, then run
-    ``init(*args)``."""
+    """Worker initializer: keep the stop event, the progress queue and the lanes' barrier, watch the parent, then
+    run ``init(*args)``."""
     _WORKER.update(stop=stop, queue=queue, together=together)
+    threading.Thread(target=_end_with_parent, args=(os.getppid(),), daemon=True, name="parent-watch").start()
     if init is not None:
         init(*args)
+
+
+PARENT_CHECK_S = 1.0  # how often a worker looks whether the demo's process is still there
+
+
+def _end_with_parent(parent: int) -> None:
+    """In a worker: exit once the process that started it is gone. A demo killed without Ctrl-C (``kill``, an
+    out-of-memory kill) cannot stop its lanes, which would otherwise train on unseen, writing into its output;
+    what they leave resumes from the last checkpoint (checkpoints are written atomically)."""
+    while True:
+        time.sleep(PARENT_CHECK_S)
+        if os.getppid() != parent:
+            os._exit(1)
 
 
 def stopped() -> bool:
