@@ -109,7 +109,12 @@ def test_readme_demo_times_are_docs_demo_md():
     times = [float(re.findall(r"\*\*(\d+\.\d) min\*\*", row)[0]) for row in rows]
     said = re.search(r"took (\d+(?:\.\d)?) minutes on an Intel CPU with native bf16 \(.*?; (\d+\.\d) on an AMD Zen 4\) "
                      r"and (\d+\.\d) minutes with AVX2-only kernels \((\d+\.\d) on the AMD", readme)
-    assert said and len(times) == 4
+    assert said and len(times) == 5
     for text, value in zip((said[1], said[3], said[2], said[4]), times):
         places = len(text.partition(".")[2])
         assert float(text) == round(value, places), (text, value)
+    # the last row: this version timed again, what it ran and its accuracies
+    again = re.search(r"ran two \((\d+\.\d) minutes; ELF (\d+\.\d) %, ELF-REG (\d+\.\d) %\)", readme)
+    accs = re.findall(r"\*\*(\d+\.\d) ± [\d.]+ / (\d+\.\d) ± [\d.]+ %\*\*", rows[-1])
+    assert again and accs and "2 training seeds" in rows[-1]
+    assert (float(again[1]), again[2], again[3]) == (times[-1], *accs[0])
