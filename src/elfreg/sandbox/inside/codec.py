@@ -207,8 +207,9 @@ def _encode_seq(xs, put, depth, open_, close, ordered=False, blob=None, digest=F
                 put(piece)
             put(close)
             return
-        bytes_form = blob is not None and str in types and _has_long_str(xs)
-        flat = None if digest and (types & _BY_VALUE or bytes_form) else _flat_text(xs, types)
+        # the streamed digest writes long strings as bytes (:func:`_encode`): then element by element
+        flat = None if digest and (types & _BY_VALUE or blob is not None and str in types and _has_long_str(xs)) \
+            else _flat_text(xs, types)
         if flat is not None:
             put(open_ + flat + close)
             return
