@@ -1,8 +1,5 @@
 """The top-level command line: every command registers; a run imports only its own command's module."""
 
-import subprocess
-import sys
-
 import pytest
 
 from elfreg.cli import COMMANDS, _command, _subcommand, build_parser
