@@ -176,3 +176,21 @@ def make_tiny_elf_model(folder: Path, lm_dir: Path, seed: int = 0) -> Path:
     model = ElfModel.new(cfg)
     torch.nn.init.normal_(model.student.final_linear.weight, std=0.1)
     return model.save_pretrained(folder)
+
+
+def random_train_batch(batch: int, length: int, prompt: int, dim: int, seed: int):
+    """A ``TrainBatch`` of random features and tokens (vocabulary 512): the first ``prompt`` positions are the
+    prompt, the 4 after them the content; drawn in one fixed order from a generator seeded with ``seed``."""
+    import torch
+
+    from elfreg.objective import TrainBatch
+
+    g = torch.Generator().manual_seed(seed)
+    pm = torch.zeros(batch, length, dtype=torch.bool)
+    pm[:, :prompt] = True
+    cm = torch.zeros(batch, length, dtype=torch.bool)
+    cm[:, prompt:prompt + 4] = True
+    return TrainBatch(x=torch.randn(batch, length, dim, generator=g),
+                      tokens=torch.randint(0, 512, (batch, length), generator=g), prompt_mask=pm, content_mask=cm,
+                      teacher=torch.randn(batch, length, dim, generator=g), reg=torch.randn(batch, dim, generator=g),
+                      teacher_at_source=torch.randn(batch, dim, generator=g))

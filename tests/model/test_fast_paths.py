@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from elfreg.config import ObjectiveConfig, model_preset
 from elfreg.model import layers
 from elfreg.model.student import ElfStudent
-from elfreg.objective import TrainBatch, draw, elf_reg_loss
+from elfreg.objective import draw, elf_reg_loss
+from helpers import random_train_batch
 
 B, L, P, D = 6, 10, 3, 64
 
@@ -69,14 +70,7 @@ def _pair(monkeypatch_ctx=None):
 
 
 def _batch_draws():
-    g = torch.Generator().manual_seed(3)
-    pm = torch.zeros(B, L, dtype=torch.bool)
-    pm[:, :P] = True
-    cm = torch.zeros(B, L, dtype=torch.bool)
-    cm[:, P:P + 4] = True
-    batch = TrainBatch(x=torch.randn(B, L, D, generator=g), tokens=torch.randint(0, 512, (B, L), generator=g),
-                       prompt_mask=pm, content_mask=cm, teacher=torch.randn(B, L, D, generator=g),
-                       reg=torch.randn(B, D, generator=g), teacher_at_source=torch.randn(B, D, generator=g))
+    batch = random_train_batch(B, L, P, D, seed=3)
     cfg = ObjectiveConfig()
     draws = draw(cfg, [torch.Generator().manual_seed(50 + i) for i in range(B)], L, D, D)
     # every kind of row: denoising with and without self-conditioning, decoder

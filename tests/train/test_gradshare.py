@@ -9,11 +9,11 @@ import torch
 from _tiny import tiny_overrides
 from elfreg.config import ObjectiveConfig, model_preset
 from elfreg.model.student import ElfStudent
-from elfreg.objective import TrainBatch, draw, elf_reg_loss
+from elfreg.objective import draw, elf_reg_loss
 from elfreg.train.config import load_run_config
 from elfreg.train.gradshare import grad_shares, shares
 from elfreg.train.trainer import train
-from helpers import REPO
+from helpers import REPO, random_train_batch
 
 CONFIG = str(REPO / "configs/tiny-smoke.yaml")
 B, L, P = 6, 10, 3
@@ -29,14 +29,7 @@ def test_shares_of_hand_vectors():
 
 
 def _batch():
-    g = torch.Generator().manual_seed(0)
-    pm = torch.zeros(B, L, dtype=torch.bool)
-    pm[:, :P] = True
-    cm = torch.zeros(B, L, dtype=torch.bool)
-    cm[:, P:P + 4] = True
-    return TrainBatch(x=torch.randn(B, L, 64, generator=g), tokens=torch.randint(0, 512, (B, L), generator=g),
-                      prompt_mask=pm, content_mask=cm, teacher=torch.randn(B, L, 64, generator=g),
-                      reg=torch.randn(B, 64, generator=g), teacher_at_source=torch.randn(B, 64, generator=g))
+    return random_train_batch(B, L, P, 64, seed=0)
 
 
 def _block_grad(student, batch, draws, cfg):
