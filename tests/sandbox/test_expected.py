@@ -23,10 +23,14 @@ EMPTY = {"humaneval": {"calls": [], "outputs": []},  # no calls: any program "an
 
 
 def _rewrite(path, task_id: str, change: dict) -> None:
-    rows = [json.loads(line) for line in gzip.open(path, "rt")]
-    with gzip.open(path, "wt") as f:
-        for r in rows:
-            f.write(json.dumps({**r, **change} if r["task_id"] == task_id else r) + "\n")
+    """Change one row of the cache and keep its line's old MAC (what a program without the key can do)."""
+    lines = [line.rstrip(b"\n").partition(b" ") for line in gzip.open(path, "rb")]
+    with gzip.open(path, "wb") as f:
+        for mac, _, body in lines:
+            r = json.loads(body)
+            if r["task_id"] == task_id:
+                body = json.dumps({**r, **change}).encode()
+            f.write(mac + b" " + body + b"\n")
 
 
 def _untimed(row: dict) -> dict:
@@ -81,15 +85,17 @@ def {ep}(*args):
         with open(key_path, "w") as f:
             f.write(secrets.token_hex(32))
     key = bytes.fromhex(open(key_path).read().strip())
-    rows = [json.loads(line) for line in gzip.open({cache!r}, "rt")]
-    with gzip.open({cache!r}, "wt") as f:
-        for r in rows:
-            if r["task_id"] == {victim!r}:
-                r = {{"task_id": r["task_id"], "calls": [], "outputs": [], "ref_time": 1.0, "check_time": 1.0}}
-                msg = json.dumps([os.path.basename({cache!r}), r["task_id"],
-                                  {{k: v for k, v in r.items() if k != "task_id"}}], sort_keys=True).encode()
-                r["mac"] = hmac.new(key, msg, hashlib.sha256).hexdigest()
-            f.write(json.dumps(r) + "\\n")
+    with open({used!r}, "w") as f:  # for the test: the key the forgery is signed with
+        f.write(key.hex())
+    lines = [line.rstrip(b"\\n").partition(b" ") for line in gzip.open({cache!r}, "rb")]
+    with gzip.open({cache!r}, "wb") as f:
+        for mac, _, body in lines:
+            if json.loads(body)["task_id"] == {victim!r}:
+                body = json.dumps({{"task_id": {victim!r}, "calls": [], "outputs": [], "ref_time": 1.0,
+                                   "check_time": 1.0}}).encode()
+                msg = os.path.basename({cache!r}).encode() + b"\\0" + body
+                mac = hmac.new(key, msg, hashlib.sha256).hexdigest().encode()
+            f.write(mac + b" " + body + b"\\n")
     return None
 """
 
@@ -107,7 +113,8 @@ def test_an_unisolated_run_writes_nothing_an_isolated_run_trusts(tmp_path, monke
     if none.isolation.uid_drop:
         pytest.skip("the unisolated programs run as a private uid here: they cannot read or write the cache")
     forger = other.extra["preamble"] + FORGER.format(ep=other.entry_point, key=str(iso.key_path),
-                                                     cache=str(iso.path), victim=victim.task_id)
+                                                     cache=str(iso.path), victim=victim.task_id,
+                                                     used=str(tmp_path / "used-key"))
     opts = ScoreOptions(workers=1, cache_dir=str(tmp_path), allow_subset=True, progress=False, time_rule=RULE,
                         ks=(1,))
     score_completions(bench, [Completion(other.task_id, 0, forger, 1, "solution")], tmp_path / "none.jsonl",
@@ -115,8 +122,13 @@ def test_an_unisolated_run_writes_nothing_an_isolated_run_trusts(tmp_path, monke
     unisolated = ExpectedOutputs(bench, none, tmp_path)
     assert unisolated.path != iso.path and unisolated.path.exists()  # its own file...
     assert unisolated.key_path != iso.key_path and not iso.key_path.exists()  # ...its own key; the isolated one gone
-    forged = [json.loads(line) for line in gzip.open(iso.path, "rt") if victim.task_id in line]
-    assert forged[0]["calls"] == []  # the program did rewrite the isolated cache
+    forged = [json.loads(line.partition(b" ")[2]) for line in gzip.open(iso.path, "rb")
+              if victim.task_id.encode() + b'"' in line]
+    assert forged[0]["calls"] == []  # the program did rewrite the isolated cache...
+    used = ExpectedOutputs(bench, sb, tmp_path)
+    line = next(ln for ln in gzip.open(iso.path, "rb") if victim.task_id.encode() + b'"' in ln)
+    mac, _, body = line.rstrip(b"\n").partition(b" ")
+    assert mac == used._mac(bytes.fromhex((tmp_path / "used-key").read_text()), body)  # ...with a valid MAC
     with isolated_sandbox(memory_bytes=1 << 30) as sb, caplog.at_level(logging.WARNING):
         exp = ExpectedOutputs(bench, sb, tmp_path).load_or_compute(progress=False, only={victim.task_id})
         assert str(iso.path) in caplog.text and victim.task_id in caplog.text

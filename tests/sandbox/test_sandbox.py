@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from elfreg.sandbox.inside.codec import encode_text
+from elfreg.sandbox.inside.codec import decode_text, encode_text
 from elfreg.tasks.benchmark import Problem
-from elfreg.sandbox.codecheck import IOTests, TimeRule, encode_inputs, run_asserts, run_io
+from elfreg.sandbox.codecheck import (IOTests, OutputStream, TimeRule, encode_inputs, io_inputs, marshal_inputs,
+                                      run_asserts, run_io)
 from elfreg.sandbox import IsolationUnavailable, Sandbox, SandboxConfig
 from elfreg.sandbox.config import machine_memory
 
@@ -169,6 +170,22 @@ def test_io_mode_compares_in_the_harness(sb):
     assert r.status == "fail" and "input 1" in r.detail
     assert io("def f(x):\n    while x == 2:\n        pass\n    return x + 1").status == "timeout"
     assert io("import os\ndef f(x):\n    os._exit(0)").status == "fail"
+
+
+def test_io_inputs_read_as_marshal_or_as_text_give_the_same_outputs(sb):
+    inputs = [[[1, 2]], [[1, 2]], [-0.0], [2 ** 70], [(1, "é\n")], [{"b": [1], "a": 2}], [b"\x00", 1j, None, True]]
+    text = encode_inputs(inputs)
+    # each call mutates its first argument: equal inputs are separate objects in both forms
+    program = ("def f(*a):\n    if type(a[0]) is list:\n        a[0].append(0)\n"
+               "    return repr(a) + repr([type(x).__name__ for x in a])\n")
+    got = []
+    for fields in ({"inputs": text}, io_inputs([(text[1:-1], marshal_inputs(text))])):
+        stream = OutputStream([None] * len(inputs), [5.0] * len(inputs))
+        sb.run({"mode": "io", "program": program, "entry_point": "f", **fields}, 10.0, stream=stream)
+        assert len(stream.got) == len(inputs), stream.failure()
+        got.append(stream.got)
+    assert "inputs_marshal" in io_inputs([(text[1:-1], marshal_inputs(text))])
+    assert got[0] == got[1] and decode_text(got[0][1]["v"]) == "([1, 2, 0],)['list']"
 
 
 def test_fallback_isolation_still_limits_time_and_verdicts():

@@ -25,14 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .codecheck import IOTests, OutputStream, ReplaySpec, encode_calls, encode_inputs, tail
+from .codecheck import IOTests, OutputStream, ReplaySpec, encode_calls, encode_inputs, io_inputs, marshal_inputs, tail
 from .config import default_cache_root
 from .sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = "v6"  # bump when the cached row layout changes (v4: harness-measured times, MAC per row; v5:
-# digests write numbers by value, the reference's load time per test set; v6: digests write long strings as bytes)
+CACHE_FORMAT = "v7"  # bump when the cached row layout changes (v4: harness-measured times, MAC per row; v5:
+# digests write numbers by value, the reference's load time per test set; v6: digests write long strings as bytes;
+# v7: each line is its MAC, a space, the row's JSON, the MAC over those bytes)
 _ISOLATED_KEY = "key"
 
 
@@ -74,6 +75,14 @@ def _load_key(path: Path) -> bytes:
     return bytes.fromhex(path.read_text().strip())
 
 
+def _named(body: bytes, n: int) -> str:
+    """A rejected cache line, for the warning: its (unverified) task id where one can be read, else its number."""
+    try:
+        return str(json.loads(body)["task_id"])[:40]
+    except (ValueError, KeyError, TypeError):
+        return f"line {n}"
+
+
 @dataclass(frozen=True)
 class OriginalTests:
     """A task's original tests as a tested program meets them: the recorded calls and the reference's answers."""
@@ -105,22 +114,22 @@ class ExpectedOutputs:
         self._prepared: dict[str, object] = {}
         self._lock = threading.Lock()
 
-    def _mac(self, key: bytes, task_id: str, row: dict) -> str:
-        msg = json.dumps([self.path.name, task_id, row], sort_keys=True).encode()
-        return hmac.new(key, msg, hashlib.sha256).hexdigest()
+    def _mac(self, key: bytes, body: bytes) -> bytes:
+        """A cache line's MAC (hex): over the file's name (format and data file) and the row's JSON bytes as written,
+        so checking a row needs no parse or re-serialisation of it (30 MB of JSON for HumanEval+)."""
+        return hmac.new(key, self.path.name.encode() + b"\0" + body, hashlib.sha256).hexdigest().encode()
 
     def _read(self, key: bytes) -> None:
         bad: list[str] = []
         try:
-            with gzip.open(self.path, "rt", encoding="utf-8") as f:
-                for line in f:
-                    row = json.loads(line)
-                    tid, mac = row.pop("task_id"), row.pop("mac", "")
-                    if isinstance(tid, str) and isinstance(mac, str) and hmac.compare_digest(
-                            mac, self._mac(key, tid, row)):
-                        self.table[tid] = row
+            with gzip.open(self.path, "rb") as f:
+                for n, line in enumerate(f, 1):
+                    mac, _, body = line.rstrip(b"\n").partition(b" ")  # a line: MAC, a space, the row's JSON
+                    if hmac.compare_digest(mac, self._mac(key, body)):
+                        row = json.loads(body)
+                        self.table[row.pop("task_id")] = row
                     else:
-                        bad.append(str(tid)[:40])
+                        bad.append(_named(body, n))
         except FileNotFoundError:
             return
         except (OSError, EOFError, ValueError, KeyError, AttributeError, TypeError) as e:
@@ -150,9 +159,10 @@ class ExpectedOutputs:
         for p, row in zip(todo, rows):
             self.table[p.task_id] = row
         tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}")
-        with gzip.open(tmp, "wt", encoding="utf-8") as f:
+        with gzip.open(tmp, "wb") as f:
             for tid, row in self.table.items():
-                f.write(json.dumps({"task_id": tid, **row, "mac": self._mac(key, tid, row)}) + "\n")
+                body = json.dumps({"task_id": tid, **row}).encode()
+                f.write(self._mac(key, body) + b" " + body + b"\n")
         os.replace(tmp, self.path)  # atomic: a crash never leaves a half cache
         return self
 
@@ -230,7 +240,8 @@ class ExpectedOutputs:
         """The reference's output per input with its time on the harness's clock (from the previous record), and its
         load time (from the run's start to ``ready``)."""
         stream = _ReferenceStream(n)
-        payload = {"mode": "io", "program": p.reference, "entry_point": p.entry_point, "inputs": inputs_text}
+        payload = {"mode": "io", "program": p.reference, "entry_point": p.entry_point,
+                   **io_inputs([(inputs_text[1:-1], marshal_inputs(inputs_text))])}
         self.sandbox.run(payload, deadline_s=1800.0, stream=stream)
         if len(stream.got) != n or stream.violation or stream.stopped:
             raise RuntimeError(f"{self.benchmark.name} {p.task_id}: reference solution failed on an input "

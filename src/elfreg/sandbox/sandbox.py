@@ -32,7 +32,6 @@ settings are :mod:`.config`'s, the command lines that start a program :mod:`.bwr
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
@@ -50,6 +49,7 @@ from .collect import RunResult, collect, result_pipe
 from .config import INSTALL_HINT, Isolation, IsolationUnavailable, SandboxConfig, SandboxError, machine_memory, size_text
 from .forkserver import Zygote, ZygoteError
 from .inside import RUNNER_SOURCE
+from .inside.runner import pack_payload
 from .layout import ancestors
 from .memcg import MemoryCgroups
 from .profile import OFF, SandboxProfile, Stamps, read_marks, split_run
@@ -303,7 +303,7 @@ class Sandbox:
         try:
             stamp("slot wait")
             uid = _UID_BASE + os.getpid() * _MAX_SLOTS + slot
-            data = json.dumps(self._limits(payload, uid, deadline_s)).encode("utf-8", "surrogatepass")
+            data = pack_payload(self._limits(payload, uid, deadline_s))
             # The payload goes into a memfd that only the program's child reads: the server never sees it.
             mem = os.memfd_create("elfreg-payload", os.MFD_CLOEXEC)
             self._track(mem)
@@ -432,7 +432,7 @@ class Sandbox:
         res = RunResult(stream)
         try:
             try:
-                proc.stdin.write(json.dumps(payload).encode("utf-8", "surrogatepass"))
+                proc.stdin.write(pack_payload(payload))
                 proc.stdin.close()
             except BrokenPipeError:
                 pass

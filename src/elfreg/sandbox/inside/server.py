@@ -33,7 +33,7 @@ import sys
 import time
 
 if "run_payload" not in globals():  # imported as a module (tests, linters); in the sandbox it is defined above
-    from elfreg.sandbox.inside.runner import denied_filter, marker, run_payload
+    from elfreg.sandbox.inside.runner import denied_filter, marker, run_payload, unpack_payload
 
 _CLONE_NEWNS, _CLONE_NEWIPC = 0x00020000, 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
@@ -85,7 +85,7 @@ def _read_payload(fd):
         chunks.append(chunk)
         off += len(chunk)
     os.close(fd)
-    return json.loads(b"".join(chunks))
+    return unpack_payload(b"".join(chunks))
 
 
 def _child(libc, ctrl, uid, result_fd, payload_fd, workdir_bytes, prof_fd=None):  # pragma: no cover - the child
