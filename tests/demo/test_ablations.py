@@ -83,6 +83,18 @@ def test_the_report_compares_each_arm_with_elf_paired_and_by_two_standard_errors
     assert claims["REG beats one learnable token (paper: 28.92 vs 25.60)"] == "held"
     report = "\n".join(ladder_report(res, DemoConfig()))
     assert "## The paper's ablation at this scale" in report
+    assert "Every arm: the demo's student and recipe, 100 steps" in report  # no settings of its own
+
+
+def test_the_report_names_the_settings_every_arm_ran_with():
+    from elfreg.demo.report import changed_settings
+
+    cfg = demo_config(False, ["student.width=128", "train.seeds=[0,1]"])
+    res = _results({"ELF": ("ELF", {s: [1, 0] for s in range(3)}, [])})
+    res["settings"] = changed_settings(cfg)
+    assert res["settings"] == ["student.width=128", "train.seeds=[0,1]"]
+    report = "\n".join(ladder_report(res, cfg))
+    assert "Every arm: the demo's student and recipe with student.width=128, 100 steps" in report
 
 
 def test_arms_need_ablations():

@@ -209,6 +209,7 @@ def run_ladder(cfg: DemoConfig, out: str | Path, arms: list[Arm], cache_dir: str
     ``ladder.json`` and ``ladder.md``; returns the results."""
     from elfreg.demo.lanes import _WORKER, LanePool
     from elfreg.demo.prepare import prepare, with_training_precision
+    from elfreg.demo.report import changed_settings
     from elfreg.demo.runs import run_fingerprint
     from elfreg.fingerprint import FOLDER_FILE, claim
     from elfreg.machine import machine_info
@@ -216,6 +217,7 @@ def run_ladder(cfg: DemoConfig, out: str | Path, arms: list[Arm], cache_dir: str
 
     t0 = time.perf_counter()
     out = Path(out)
+    settings = changed_settings(cfg)  # as asked, before the precision is resolved
     cfg, precision = with_training_precision(cfg)
     cfgs = {a.name: arm_config(cfg, a) for a in arms}
     todo = jobs(arms, cfg.train.seeds)
@@ -254,8 +256,8 @@ def run_ladder(cfg: DemoConfig, out: str | Path, arms: list[Arm], cache_dir: str
             r = train_arm_job(*args)
             done.append((r, evaluate_arm_job(*then[1](r))))
     results = collect(arms, cfgs, todo, done, out)
-    results.update(seeds=list(cfg.train.seeds), steps=cfg.train.steps, main_nfe=cfg.eval.main_nfe,
-                   sampling_seeds=list(cfg.eval.seeds), test_problems=cfg.task.n_test,
+    results.update(settings=settings, seeds=list(cfg.train.seeds), steps=cfg.train.steps,
+                   main_nfe=cfg.eval.main_nfe, sampling_seeds=list(cfg.eval.seeds), test_problems=cfg.task.n_test,
                    machine=machine_info(cfg.threads, cfg.lanes, precision), seconds=time.perf_counter() - t0)
     atomic_write_text(out / "ladder.json", dumps(results, indent=2))
     atomic_write_text(out / "ladder.md", "\n".join(ladder_report(results, cfg)) + "\n")
@@ -376,9 +378,12 @@ def ladder_report(results: dict, cfg: DemoConfig) -> list[str]:
     from elfreg.demo.report import task_description
 
     seeds = results["seeds"]
+    # what differs from the demo's defaults for every arm (a wider student, the harder preset...), seeds aside
+    common = [o for o in results.get("settings", []) if not o.startswith("train.seeds=")]
+    recipe = "the demo's student and recipe" + (f" with {', '.join(common)}" if common else "")
     lines = ["# elfreg demo: the ablation ladder", "",
              f"Task: {task_description(cfg)}, {cfg.task.n_train} training and {cfg.task.n_test} test problems. "
-             f"Every arm: the demo's student and recipe, {results['steps']:,} steps, training seeds {seeds}; "
+             f"Every arm: {recipe}, {results['steps']:,} steps, training seeds {seeds}; "
              "a training seed gives every arm the same data order, the same draws and the same initial values of "
              "the parameters they share. Accuracy: exact final answer, early-stop at "
              f"{results['main_nfe']} NFE, the EMA weights, mean over sampling seeds {results['sampling_seeds']}. "
