@@ -125,10 +125,9 @@ def test_an_unisolated_run_writes_nothing_an_isolated_run_trusts(tmp_path, monke
     forged = [json.loads(line.partition(b" ")[2]) for line in gzip.open(iso.path, "rb")
               if victim.task_id.encode() + b'"' in line]
     assert forged[0]["calls"] == []  # the program did rewrite the isolated cache...
-    used = ExpectedOutputs(bench, sb, tmp_path)
     line = next(ln for ln in gzip.open(iso.path, "rb") if victim.task_id.encode() + b'"' in ln)
     mac, _, body = line.rstrip(b"\n").partition(b" ")
-    assert mac == used._mac(bytes.fromhex((tmp_path / "used-key").read_text()), body)  # ...with a valid MAC
+    assert mac == iso._mac(bytes.fromhex((tmp_path / "used-key").read_text()), body)  # ...with a valid MAC
     with isolated_sandbox(memory_bytes=1 << 30) as sb, caplog.at_level(logging.WARNING):
         exp = ExpectedOutputs(bench, sb, tmp_path).load_or_compute(progress=False, only={victim.task_id})
         assert str(iso.path) in caplog.text and victim.task_id in caplog.text

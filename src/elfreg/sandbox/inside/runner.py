@@ -24,14 +24,14 @@ Modes:
   ``entry_point`` on each input; the harness times and compares them. The inputs come as codec text
   (``inputs``) or, when the harness could write them so, as ``marshal`` data (``inputs_marshal``: one part per
   test set, each a list of argument lists; trusted, as the harness wrote it): read about five times faster.
-
-A payload on the wire (:func:`pack_payload`): one line of JSON, then the binary parts the line names by length.
 * ``calls`` — the tested side of the original tests: ``program`` (then the tests' ``setup``) answers the
   recorded calls ``[name, args, kwargs]``, timed and compared by the harness like ``io``.
 * ``record`` (the reference solution) — the original tests run with every call to the program's functions
   recorded (arguments and outputs) and answered with the *decoded* output, as a replay would answer it.
 * ``check`` (no program) — the original tests replayed against outputs another process produced: each call
   must match the next recorded call and is answered with that output, decoded to builtin values only.
+
+A payload on the wire (:func:`pack_payload`): one line of JSON, then the binary parts the line names by length.
 """
 
 import json
