@@ -225,3 +225,19 @@ def test_custom_benchmark_needs_its_task_and_file(tmp_path, capsys):
     assert main([*base, "--task", "math"]) == 2
     assert "--data" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_validation_line_names_the_held_out_rows_and_never_a_benchmark():
+    cfg = {"backbones": {}, "model": {}, "objective": {}}
+    frac = _record(validation={"fraction": 0.1, "rows": 97, "loss_rows": 90, "step": 1100, "accuracy": 0.613,
+                               "loss": 0.5354, "sampler": "early-stop", "nfe": 16})
+    text = card_text(cfg, None, frac, [], "mine")
+    assert ("**Held-out validation while training** (a held-out fraction 0.1 of the training rows, never trained "
+            "on; 97 rows): accuracy 61.3 % at step 1100, loss 0.5354 (on the 90 rows the head can write), "
+            "early-stop sampler at 16 NFE") in text
+    code = _record(validation={"file": "held.jsonl", "sha256": "ab" * 32, "rows": 5, "loss_rows": 5, "step": 3,
+                               "accuracy": None, "loss": None, "sampler": "early-stop", "nfe": 2})
+    text = card_text(cfg, None, code, [], "mine")
+    assert "(the file held.jsonl, sha256 " + "ab" * 32 + "; 5 rows): no accuracy (code is judged" in text
+    assert "loss None" not in text
+    assert "validation" not in card_text(cfg, None, _record(), [], "mine").split("## Training")[1].split("##")[0]

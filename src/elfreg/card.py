@@ -130,11 +130,13 @@ def _names_only(value: Any) -> Any:
 
 
 def training_record(run_config: dict, steps: int, progress: dict, losses: list[float], world_size: int = 1,
-                    precision_used: str | None = None, example_prompt: str | None = None) -> dict:
+                    precision_used: str | None = None, example_prompt: str | None = None,
+                    validation: dict | None = None) -> dict:
     """How a model was trained, as its card records it: the run's config (train, data and canvas sections, local
     paths cut to names), steps, epochs (from the plan; None for a streamed run without one), tokens (the paper's
     count), seeds, the final loss (:func:`final_loss`), the precision used, an example prompt from the training
-    data, elfreg's version."""
+    data, the last validation while training (elfreg.train.validation.Validation.record; None without one),
+    elfreg's version."""
     train, data = run_config.get("train", {}), run_config.get("data", {})
     loss, loss_steps = final_loss(losses)
     return {"steps": int(steps), "planned_steps": progress.get("planned_steps"), "epochs": progress.get("epoch"),
@@ -145,6 +147,7 @@ def training_record(run_config: dict, steps: int, progress: dict, losses: list[f
             "example_prompt": example_prompt[:EXAMPLE_PROMPT_CHARS] if example_prompt else None,
             "sources": [_portable_source(s) for s in data.get("sources", [])],
             "config": _portable_config(run_config),
+            "validation": validation,
             "elfreg_version": __version__}
 
 
@@ -237,6 +240,8 @@ def _training_lines(training: dict | None) -> list[str]:
         where = (f"Hub dataset {md_text(s['hub_id'])}" if s.get("hub_id")
                  else f"local file {md_text(s.get('file') or _local_name(s.get('path')) or '?')}")
         lines.append(f"- **Data source** {md_text(s.get('name'))} ({md_text(s.get('task'))}): {where}.")
+    if t.get("validation"):
+        lines.append(_validation_line(t["validation"]))
     dist = t.get("distill")
     if dist:
         steps = ", ".join(str(n) for n in dist.get("rounds", []))
@@ -251,6 +256,21 @@ def _training_lines(training: dict | None) -> list[str]:
         lines.append(f"- **Training settings**: {shown}. The whole run config is in the `elfreg.training.config` "
                      "metadata above.")
     return lines
+
+
+def _validation_line(v: dict) -> str:
+    """The card's line for the held-out rows scored while training (``data.validation``)."""
+    if v.get("fraction") is not None:
+        data = f"a held-out fraction {md_text(v['fraction'])} of the training rows, never trained on"
+    else:
+        data = f"the file {md_text(v.get('file'))}, sha256 {md_text(v.get('sha256'))}"
+    acc = v.get("accuracy")
+    scored = "no accuracy (code is judged by its tests: elfreg eval)" if acc is None else f"accuracy {100 * acc:.1f} %"
+    loss = v.get("loss")
+    loss_text = "" if loss is None else f", loss {loss:.4g} (on the {md_text(v.get('loss_rows'))} rows the head can write)"
+    return (f"- **Held-out validation while training** ({data}; {md_text(v.get('rows'))} rows): {scored} at step "
+            f"{md_text(v.get('step'))}{loss_text}, {md_text(v.get('sampler'))} sampler at {md_text(v.get('nfe'))} "
+            "NFE, the EMA weights; the user's own rows, not a public benchmark.")
 
 
 def _settings_cells(r: dict) -> str:

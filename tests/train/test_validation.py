@@ -1,10 +1,12 @@
 """Validation while training (data.validation, train.validate_every, train.keep_best) and the vocabulary head
 restricted to the training responses (train.head_vocab), on the tiny Qwen3 and the sums file."""
 
+import hashlib
 import json
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 
 from helpers import REPO
 from _tiny import sum_rows, tiny_overrides
@@ -54,6 +56,18 @@ def test_validation_is_scored_at_exactly_the_asked_steps(tmp_path, tiny_lm_dir, 
     assert curves == [True]   # the curve is drawn at the first checkpoint, not only at the end
     v = res.summary["validation"]
     assert v["step"] == 7 and v["val_acc"] == rec[7]["val_acc"] and v["val_loss"] == rec[7]["val_loss"]
+    # the model card says the last validation: the user's file by name and sha256 (never its path), its step
+    sha = hashlib.sha256(held_jsonl.read_bytes()).hexdigest()
+    card = ModelCard.load(tmp_path / "run" / "model" / "README.md")
+    t = card.data.to_dict()["elfreg"]["training"]["validation"]
+    assert t == {"file": "held.jsonl", "sha256": sha, "rows": 6, "loss_rows": rec[7]["val_loss_rows"], "step": 7,
+                 "accuracy": rec[7]["val_acc"], "loss": rec[7]["val_loss"], "sampler": "early-stop", "nfe": 2}
+    assert (f"**Held-out validation while training** (the file held.jsonl, sha256 {sha}; 6 rows): accuracy "
+            f"{100 * rec[7]['val_acc']:.1f} % at step 7") in card.text
+    assert str(held_jsonl) not in card.text and "GSM8K" not in card.text
+    # the checkpoint at step 4 records the validation scored before it (step 3)
+    ckpt = ModelCard.load(tmp_path / "run" / "ckpt-00000004" / "model" / "README.md")
+    assert ckpt.data.to_dict()["elfreg"]["training"]["validation"]["step"] == 3
     # 0: at every checkpoint (4) and the last step
     train(cfg(tiny_lm_dir, sums_jsonl, **{"data.validation": held_jsonl, "train.validate_nfe": 2}), tmp_path / "ck")
     assert val_steps(tmp_path / "ck") == [4, 7]

@@ -79,8 +79,11 @@ class Checkpointing:
         from elfreg.card import training_record
 
         losses = [h["loss"] for h in getattr(self, "_history", [])]
+        last = getattr(self, "last_validation", None)
+        validation = self.validation.record(last) if last is not None else None
         return training_record(to_dict(self.cfg), step, {"planned_steps": self.total_steps, **self.progress(step)},
-                               losses, self.info.world_size, self.precision.choice, self.example_prompt())
+                               losses, self.info.world_size, self.precision.choice, self.example_prompt(),
+                               validation)
 
     def example_prompt(self) -> str | None:
         """The first training row's prompt (the card's example of how to ask the model), read once; None when the

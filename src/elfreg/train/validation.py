@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -87,6 +88,7 @@ class Validation:
                     for i in range(0, len(scored), BATCH)]
         self.encoded: tuple[torch.Tensor, torch.Tensor] | None = None  # the prompts, once the statistics are fixed
         self.best = {"step": 0, "val_acc": -1.0}
+        self.source = validation_source(cfg.data.validation)
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -116,6 +118,13 @@ class Validation:
             self.best = {"step": step, "val_acc": acc}
             keep_best(self.output, model, ema_state, self.best)
         return out
+
+    def record(self, last: dict) -> dict:
+        """The card's account of the validation scored last (``last``: Trainer.last_validation): the held-out data
+        by name and sha256 (or the fraction held out), its rows, the step, accuracy, loss and the sampler."""
+        return {**self.source, "rows": len(self), "loss_rows": self.loss_rows, "step": last["step"],
+                "accuracy": last.get("val_acc"), "loss": last.get("val_loss"), "sampler": "early-stop",
+                "nfe": self.cfg.train.validate_nfe}
 
     def loss(self, model: ElfModel) -> float | None:
         """The objective on the validation canvases (fixed draws), a mean over rows; None when no row has a loss."""
@@ -150,6 +159,19 @@ class Validation:
                              sigma=model.config.objective.sigma, seed=0, extract="final-line")
         texts = sample_texts_nfe(model, x, mask, scfg, BATCH)[0]
         return sum(bool(answers_match(task, t, g)) for t, g in zip(texts, self.golds, strict=True)) / len(texts)
+
+
+def validation_source(validation: str | float | None) -> dict:
+    """data.validation as a card records it: a file by its name and the sha256 of its bytes (never its path), a
+    held-out fraction by its value."""
+    if isinstance(validation, float):
+        return {"fraction": validation}
+    path = Path(str(validation))
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"file": path.name, "sha256": digest.hexdigest()}
 
 
 def response_ids(canvas) -> list[int]:
