@@ -80,7 +80,8 @@ class DemoStudent:
     mostly the fixed 576-wide input path (self_cond_proj, fp32), so width 64 is only ~20 % faster than 128.
     With today's recipe (1,100 steps, bf16, paired seeds 0-4, early-stop 16 NFE) width 128 learns far more: ELF
     85.9 % and ELF-REG 85.3 % against 62.3 / 59.3 % at width 64, at about 1.8x the time per run, which the
-    10-minute `make demo` does not hold with 3 training seeds (docs/demo.md, "A wider student").
+    10-minute `make demo` does not hold with 3 training seeds (docs/demo.md, "A wider student"); the recipe for a
+    user's data (configs/small-cpu.yaml), one run with both cores, takes width 128.
     The pointer-chasing task (task.kind=chain) needs canvas_len=48, max_prompt_len=36.
     """
 
