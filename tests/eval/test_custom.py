@@ -48,3 +48,34 @@ def test_the_pinned_copy_given_as_data_stays_the_public_benchmark():
     bench = load_for_eval(reg, "gsm8k", str(pinned))
     assert bench.data_version is not None and custom_record(bench) == {}
     assert custom_record(load_for_eval(reg, "gsm8k", None)) == {}
+
+
+def test_word_answers_are_compared_as_the_final_lines_text(tmp_path):
+    """A user's GSM8K-format file whose answers are words: each is judged by the final `#### X` line's text (it was
+    judged by a number read elsewhere in the response, so always wrong); numbers stay numbers; the pinned GSM8K has
+    only numbers, so its scoring never takes the text rule; the folder's fingerprint says the rule."""
+    from elfreg.eval.completions import Completion
+    from elfreg.eval.run_model import _verdict_settings
+    from elfreg.eval.scoring import ScoreOptions, score_completions
+    from elfreg.tasks.answers import is_number
+
+    reg = default_registry()
+    path = _jsonl(tmp_path / "letters.jsonl", [
+        {"question": "What is letter number 1 of the word 'jdw'?", "answer": "Letter 1 is j.\n#### j"},
+        {"question": "How many times does 'o' appear in 'oto'?", "answer": "It appears 2 times.\n#### 2"}])
+    bench = load_for_eval(reg, "custom", path, "math")
+    assert [p.answer for p in bench.problems] == ["j", "2"]
+    ids = [p.task_id for p in bench.problems]
+    texts = {(ids[0], 0): "Letter 1 is j.\n#### j", (ids[0], 1): "Letter 1 is k.\n#### k",
+             (ids[0], 2): "Letter 1 is j.", (ids[1], 0): "It appears 2 times.\n#### 2",
+             (ids[1], 1): "It appears 1 times.\n#### 1"}
+    score_completions(bench, [Completion(t, s, c, i + 1) for i, ((t, s), c) in enumerate(texts.items())],
+                      tmp_path / "results.jsonl",
+                      ScoreOptions(workers=1))
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    got = {(r["task_id"], r["sample"]): r["correct"] for r in rows}
+    assert got == {(ids[0], 0): True, (ids[0], 1): False, (ids[0], 2): False, (ids[1], 0): True, (ids[1], 1): False}
+    args = type("A", (), {"text_limit": 30.0, "max_completion_bytes": 1 << 22})()
+    assert _verdict_settings(args, bench)["word_answers"] == "final-line text"
+    gsm8k = load_for_eval(reg, "gsm8k", None)
+    assert all(is_number(p.answer) for p in gsm8k.problems) and "word_answers" not in _verdict_settings(args, gsm8k)

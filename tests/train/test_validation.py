@@ -126,10 +126,18 @@ def test_restricted_head_keeps_the_training_responses_tokens(tmp_path, tiny_lm_d
 
 @pytest.mark.parametrize("text, gold, right", [
     ("3 plus 4 is 7\n#### 7", "7", True), ("#### 7.0", "7", True), ("#### 1,000", "1000", True),
-    ("#### 8", "7", False), ("no answer", "7", False), ("#### e", "e", True), ("#### 7 apples", "7", False),
+    ("#### 8", "7", False), ("no answer", "7", False), ("#### e", "e", True), ("#### 7 apples", "7", True),
+    # a word answer: the final line's text, never a number read elsewhere in the response
+    ("Letter 1 is j.\n#### j", "j", True), ("Letter 1 is j.\n#### k", "j", False), ("Letter 1 is j.", "j", False),
+    ("The letters are a b.\n#### a b", "a b", True),
 ])
 def test_answers_match_the_final_line(text, gold, right):
+    """Validation judges as `elfreg eval run --benchmark custom --task math` does on a GSM8K-format file (GSM8K's
+    rule: the first number after ####, "7 apples" is 7; a gold that is not a number, the final line's text)."""
+    from elfreg.tasks.answers import verdict
+
     assert answers_match("math", text, gold) is right
+    assert verdict("gsm8k", None, 5, text, gold)["correct"] is right
     assert answers_match("code", text, gold) is None
 
 

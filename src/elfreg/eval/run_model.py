@@ -20,6 +20,7 @@ from elfreg.bounds import COUNT
 from elfreg.cliargs import error_line, input_file, model_ref, output_dir
 from elfreg.fingerprint import FOLDER_FILE, add_restart_argument, claim, model_identity, move_aside, note
 from elfreg.resources import check_fits, sampler_grid_need
+from elfreg.tasks.answers import is_number
 from elfreg.tasks.registry import KIND_TASKS, extract_for
 from elfreg.threads import add_threads_argument, set_inference_threads
 
@@ -74,6 +75,10 @@ def _verdict_settings(args: argparse.Namespace, bench) -> dict:
     """The scoring flags that change verdicts: the per-sample text limit and completion size; for code, the time
     rule and memory limit."""
     text = {"text_limit": args.text_limit, "max_completion_bytes": args.max_completion_bytes}
+    if bench.kind == "gsm8k" and any(not is_number(p.answer or "") for p in bench.problems):
+        # golds that are not numbers are compared as the final line's text (elfreg.tasks.answers.verdict); a folder
+        # scored before that compared them as numbers (always wrong) and is refused, not silently reused
+        text["word_answers"] = "final-line text"
     if bench.kind != "code":
         return text
     return {**text, "min_time": args.min_time, "time_factor": args.time_factor,

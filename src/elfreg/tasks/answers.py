@@ -52,6 +52,15 @@ def extract_gsm8k(text: str) -> str | None:
     return normalize_number(nums[-1]) if nums else None
 
 
+def is_number(gold: str) -> bool:
+    """Whether a reference answer is a finite number (thousands separators allowed): GSM8K's rule compares it as a
+    number; any other answer (a word, a letter, a unit) as the text of the final ``#### X`` line."""
+    try:
+        return Decimal(gold.strip().replace(",", "")).is_finite()
+    except InvalidOperation:
+        return False
+
+
 def numbers_equal(pred: str | None, gold: str) -> bool:
     """Numeric comparison (``"18.00" == "18"``); False when either side is not a number."""
     if pred is None:
@@ -103,13 +112,17 @@ _KIND_ANSWERS: dict[str, Extractor] = {"gsm8k": extract_gsm8k, "choice": extract
 def verdict(kind: str, extract: Extractor | None, math_timeout_s: int, completion: str, gold: str) -> dict:
     """A text sample's verdict fields: ``correct``, and ``pred`` (the answer read) for every kind but math.
 
-    ``gsm8k``: the final number, compared as a number; ``choice``: the option letter; ``math``: math-verify, gold
-    parsed first (``extract`` unused); ``exact``: the answer ``extract`` reads (default: the whole text, stripped)
-    equals the gold, both stripped. ``extract`` overrides the kind's extractor."""
+    ``gsm8k``: the final number, compared as a number (a gold that is not a number, as in a user's file of
+    word answers: the final ``#### X`` line's text equals it, both stripped; every GSM8K gold is a number);
+    ``choice``: the option letter; ``math``: math-verify, gold parsed first (``extract`` unused); ``exact``: the
+    answer ``extract`` reads (default: the whole text, stripped) equals the gold, both stripped. ``extract``
+    overrides the kind's extractor."""
     if kind == "math":
         return {"correct": verify_answer(gold, completion, math_timeout_s)}
     if kind not in VERDICT_KINDS:
         raise ValueError(f"verdict: {kind!r} is not a text benchmark kind; one of {', '.join(VERDICT_KINDS)}")
+    if kind == "gsm8k" and not is_number(gold):   # a number extractor cannot read a word
+        kind, extract = "exact", extract_final_answer
     if kind == "exact":
         pred = extract(completion) if extract else completion.strip()
         return {"pred": pred, "correct": pred is not None and pred.strip() == gold.strip()}

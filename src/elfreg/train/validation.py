@@ -1,8 +1,9 @@
 """Validation while training (data.validation, train.validate_every): the held-out rows scored on the EMA weights.
 
 Accuracy: the early-stop sampler at train.validate_nfe from the rows' prompts (encoded once), each response's answer
-read by the task's extractor and judged against the row's (math: the final ``#### X`` line, equal as numbers when
-both are, else as text; choice: the option letter; code: no accuracy, its tests are elfreg eval's). Loss: the
+judged against the row's final ``#### X`` answer by the rules `elfreg eval run --benchmark custom` applies (math:
+GSM8K's, the final number compared as a number, an answer that is not a number as the final line's text; choice:
+the option letter; code: no accuracy, its tests are elfreg eval's). Loss: the
 training objective on the rows' canvases with fixed draws (the same every time), so that points are comparable.
 ``train.keep_best`` keeps the EMA model of the best accuracy as ``<output>/best``.
 """
@@ -24,7 +25,7 @@ from elfreg.data import CanvasStats, apply_template, build_canvas, collate
 from elfreg.pretrained import ElfModel
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.encoded import sample_texts_nfe
-from elfreg.tasks.answers import numbers_equal, normalize_number, verdict
+from elfreg.tasks.answers import verdict
 from elfreg.tasks.formats import extract_final_answer
 
 BEST = "best"  # <output>/best: the EMA model of the best validation accuracy (train.keep_best)
@@ -38,15 +39,8 @@ def answers_match(task: str, text: str, gold: str) -> bool | None:
     tests, not its text)."""
     if task == "code":
         return None
-    if task == "choice":
-        return bool(verdict("choice", None, 5, text, gold)["correct"])
-    pred = extract_final_answer(text)
-    if pred is None:
-        return False
-    a, b = normalize_number(pred), normalize_number(gold)
-    if a is not None and b is not None and a == pred.strip().replace(",", "") and b == gold.strip().replace(",", ""):
-        return numbers_equal(a, b)   # both plain numbers: 18.0 is 18
-    return pred.strip() == gold.strip()
+    # the rules of `elfreg eval run --benchmark custom` on a GSM8K-format file, so the two scores agree
+    return bool(verdict("choice" if task == "choice" else "gsm8k", None, 5, text, gold)["correct"])
 
 
 def ema_model(elf: ElfModel, ema_state: dict[str, torch.Tensor], backbones) -> ElfModel:
