@@ -4,7 +4,8 @@ The task: "say one digit three times ?" -> "d d d" with d uniform over 0-9 (10 e
 verifier: the three digits agree). One denoiser call predicts each position's mean over the modes, so its argmaxes
 can disagree ("9 7 9"); more steps commit to one mode. The script writes the data, trains the teacher
 (configs/small-cpu.yaml at the demo's width 64, 800 steps), scores it over NFE, distils it with the `demo` preset
-(PD, and the flow map) and scores the students; every step is skipped when its output folder exists (so a rerun only scores).
+(PD, and the flow map) and scores the students; every step is skipped when its output folder exists (so a rerun
+only scores).
 
     PYTHONPATH=src python benchmarks/measure_distill_repeat.py --out /tmp/repeat [--seed 0] [--nfes 2,3,5,16]
         [--score-only]   # score what is there: a PD run cut short is scored at its last finished round
@@ -76,7 +77,8 @@ def main() -> None:
     teacher = args.out / "teacher"
     if not args.score_only and not (teacher / "model" / "config.json").is_file():
         elfreg("train", "--config", "small-cpu", "--output", str(teacher), "model.max_prompt_len=14",
-               "model.max_len=28", "model.width=64", "train.steps=800", "train.progress=false", f"train.seed={args.seed}",
+               "model.max_len=28", "model.width=64", "train.steps=800", "train.progress=false",
+               f"train.seed={args.seed}",
                f"data.sources=[{{name: repeat, task: math, path: '{data}', format: jsonl, "
                "columns: {prompt: prompt, response: response, answer: answer}}]")
     rows = {"teacher, full-span uniform": score(teacher / "model", nfes, sampler="full-span", grid="uniform"),

@@ -267,7 +267,8 @@ def _validation_line(v: dict) -> str:
     acc = v.get("accuracy")
     scored = "no accuracy (code is judged by its tests: elfreg eval)" if acc is None else f"accuracy {100 * acc:.1f} %"
     loss = v.get("loss")
-    loss_text = "" if loss is None else f", loss {loss:.4g} (on the {md_text(v.get('loss_rows'))} rows the head can write)"
+    loss_text = ("" if loss is None
+                 else f", loss {loss:.4g} (on the {md_text(v.get('loss_rows'))} rows the head can write)")
     return (f"- **Held-out validation while training** ({data}; {md_text(v.get('rows'))} rows): {scored} at step "
             f"{md_text(v.get('step'))}{loss_text}, {md_text(v.get('sampler'))} sampler at {md_text(v.get('nfe'))} "
             "NFE, the EMA weights; the user's own rows, not a public benchmark.")

@@ -1,10 +1,10 @@
 """Validation while training (data.validation, train.validate_every): the held-out rows scored on the EMA weights.
 
-Accuracy: the early-stop sampler at train.validate_nfe from the rows' prompts (encoded once), each response's answer
-judged against the row's final ``#### X`` answer by the rules `elfreg eval run --benchmark custom` applies (math:
-GSM8K's, the final number compared as a number, an answer that is not a number as the final line's text; choice:
-the option letter; code: no accuracy, its tests are elfreg eval's). Loss: the
-training objective on the rows' canvases with fixed draws (the same every time), so that points are comparable.
+Accuracy: the early-stop sampler at train.validate_nfe from the rows' prompts (encoded once), each response judged
+against the row's final ``#### X`` answer by the rules `elfreg eval run --benchmark custom` applies (math: GSM8K's,
+the final number compared as a number, an answer that is not a number as the final line's text; choice: the option
+letter; code: no accuracy, its tests are elfreg eval's). Loss: the training objective on the rows' canvases with
+fixed draws (the same every time), so that points are comparable.
 ``train.keep_best`` keeps the EMA model of the best accuracy as ``<output>/best``.
 """
 
