@@ -69,9 +69,8 @@ def test_word_answers_are_compared_as_the_final_lines_text(tmp_path):
     texts = {(ids[0], 0): "Letter 1 is j.\n#### j", (ids[0], 1): "Letter 1 is k.\n#### k",
              (ids[0], 2): "Letter 1 is j.", (ids[1], 0): "It appears 2 times.\n#### 2",
              (ids[1], 1): "It appears 1 times.\n#### 1"}
-    score_completions(bench, [Completion(t, s, c, i + 1) for i, ((t, s), c) in enumerate(texts.items())],
-                      tmp_path / "results.jsonl",
-                      ScoreOptions(workers=1))
+    completions = [Completion(t, s, c, i + 1) for i, ((t, s), c) in enumerate(texts.items())]
+    score_completions(bench, completions, tmp_path / "results.jsonl", ScoreOptions(workers=1))
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     got = {(r["task_id"], r["sample"]): r["correct"] for r in rows}
     assert got == {(ids[0], 0): True, (ids[0], 1): False, (ids[0], 2): False, (ids[1], 0): True, (ids[1], 1): False}

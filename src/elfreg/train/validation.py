@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -160,12 +159,10 @@ def validation_source(validation: str | float | None) -> dict:
     held-out fraction by its value."""
     if isinstance(validation, float):
         return {"fraction": validation}
+    from elfreg.fingerprint import file_digest
+
     path = Path(str(validation))
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return {"file": path.name, "sha256": digest.hexdigest()}
+    return {"file": path.name, "sha256": file_digest(path)}
 
 
 def response_ids(canvas) -> list[int]:

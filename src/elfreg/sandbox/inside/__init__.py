@@ -6,8 +6,9 @@
   reads a payload itself.
 
 What crosses the boundary: into the sandbox, one payload per process (a JSON line and the binary parts it names,
-``runner.pack_payload``; to that process alone: stdin or a memfd); out of it, result records on a pipe the harness created, each checked by :mod:`elfreg.sandbox.records`
-before the harness reads it. Nothing else: no file, environment variable or inherited memory of the harness.
+``runner.pack_payload``; to that process alone: stdin or a memfd); out of it, result records on a pipe the harness
+created, each checked by :mod:`elfreg.sandbox.records` before the harness reads it. Nothing else: no file,
+environment variable or inherited memory of the harness.
 """
 
 from __future__ import annotations
