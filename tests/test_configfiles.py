@@ -31,6 +31,12 @@ def test_configs_resolve_by_name_from_anywhere(tmp_path, monkeypatch):
         config_arg("../configs/../../etc/passwd")
 
 
+def test_an_install_without_configs_says_so(monkeypatch):
+    monkeypatch.setattr("elfreg.configfiles.shipped_dirs", lambda: [])
+    with pytest.raises(FileNotFoundError, match=r"demo: no such file.*\(this install holds none: its configs/"):
+        resolve_config("demo")
+
+
 def test_a_wheel_carries_the_configs_and_loads_them_by_name(tmp_path):
     src = tmp_path / "src-tree"   # build from a copy: the build writes build/ and egg-info beside its sources
     src.mkdir()

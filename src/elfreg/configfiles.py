@@ -40,8 +40,9 @@ def resolve_config(text: str) -> Path:
             for suffix in SUFFIXES:
                 if (d / f"{name}{suffix}").is_file():
                     return d / f"{name}{suffix}"
-    shown = ", ".join(config_names()[:6])
-    raise FileNotFoundError(f"{text}: no such file, nor a shipped config of that name (e.g. {shown}; "
+    names = config_names()
+    shown = f"e.g. {', '.join(names[:6])}" if names else "this install holds none: its configs/ folder is missing"
+    raise FileNotFoundError(f"{text}: no such file, nor a shipped config of that name ({shown}; "
                             "docs/training.md lists them)")
 
 

@@ -31,11 +31,12 @@ def test_row_mse_is_a_per_example_token_mean():
     assert torch.equal(row_mse(pred, target, mask), torch.tensor([2.5, 9.0]))
 
 
-@pytest.mark.parametrize("rounds", [[16, 8, 4, 2, 1], [4, 2, 1]])
-def test_rounds_and_their_sub_grids(rounds):
+@pytest.mark.parametrize("rounds, grid_n", [([16, 8, 4, 2, 1], 64), ([4, 2, 1], 64), ([16, 8, 4, 2, 1], 16)])
+def test_rounds_and_their_sub_grids(rounds, grid_n):
+    """grid 16: round 1 has one sub-step (no point inside the step; it used to lose the step's ends)."""
     gen = torch.Generator().manual_seed(0)
-    for r in pd_rounds(rounds, 64):
-        assert r.steps * r.sub_steps == 64 and r.sub_step == pytest.approx(1 / 64)   # step / sub-steps = 1/64
+    for r in pd_rounds(rounds, grid_n):
+        assert r.steps * r.sub_steps == grid_n and r.sub_step == pytest.approx(1 / grid_n)   # step / sub-steps
         t = torch.sigmoid(-1.5 + 0.8 * torch.randn(500, generator=gen))
         t_s = start_times(t, r.step)
         assert float(t_s.max()) <= 1 - r.step
@@ -44,7 +45,7 @@ def test_rounds_and_their_sub_grids(rounds):
         assert torch.equal(grid[:, 0], t_s)
         assert torch.allclose(grid[:, -1], t_s + r.step)
         assert bool((grid.diff(dim=1) >= 0).all())                      # sorted per row
-        assert (grid[:, -1] - grid[:, 0]).mean() / r.sub_steps == pytest.approx(1 / 64)
+        assert (grid[:, -1] - grid[:, 0]).mean() / r.sub_steps == pytest.approx(1 / grid_n)
         if r.sub_steps > 2:   # logit-normal inside: the points crowd the start of the step (median of u 0.18)
             u = (grid[:, 1:-1] - t_s[:, None]) / r.step
             assert 0.1 < float(u.median()) < 0.3

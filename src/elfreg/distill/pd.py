@@ -57,7 +57,8 @@ def sub_grid(t_s: Tensor, step: float, normals: Tensor, mean: float, std: float)
     """(B, K + 1) per-row sub-grid of [t_s, t_s + step]: both ends and K - 1 sorted logit-normal points between,
     t_s + step sigmoid(mean + std n) from the row's standard normals ``normals`` (B, K - 1) (K = sub-steps)."""
     inner = t_from_normal(normals, mean, std).sort(dim=-1).values
-    u = torch.cat([torch.zeros_like(inner[:, :1]), inner, torch.ones_like(inner[:, :1])], dim=1)
+    end = inner.new_ones((inner.shape[0], 1))   # shaped from the rows, not from inner: K = 1 has no inner points
+    u = torch.cat([end - 1, inner, end], dim=1)
     return t_s[:, None] + step * u.to(t_s.dtype)
 
 
