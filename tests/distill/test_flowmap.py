@@ -82,4 +82,7 @@ def test_row_kinds_and_jump_times():
     assert t_to[:2].tolist() == pytest.approx([0.4, 0.4]) and t_to[2:4].tolist() == [1.0, 1.0]
     assert t_to[4].item() == pytest.approx(1.0)
     assert t_to[5].item() == pytest.approx(0.4 + 0.6 * MIN_JUMP, abs=1e-5)
+    # log-uniform jumps: u = 0.5 covers a tenth of the rest of the path (uniform would cover about half)
+    _, mid = jump_times(torch.tensor([0.4]), torch.tensor([2]), torch.tensor([0.5]))
+    assert mid.item() == pytest.approx(0.4 + 0.6 * 0.1)
     assert not math.isnan(float(t_to.sum()))

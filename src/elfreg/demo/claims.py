@@ -108,10 +108,12 @@ class Claim:
         return iter((self.text, self.outcome, self.evidence))
 
 
-def compare(a: dict | None, b: dict | None, sign: int = 1, n_problems: int | None = None
+def compare(a: dict | None, b: dict | None, sign: int = 1, n_problems: int | None = None, against: float = 0.0
              ) -> tuple[str, str, int | None, str]:
     """Outcome of "b is above a" (sign=1) or "below a" (sign=-1), its evidence, and for an inconclusive outcome the
     training seeds that would decide it at the measured effect (``seeds_to_decide``) or why none would.
+    ``against`` moves the line the difference is tested against: "b is at most 3 points below a" is sign=1,
+    against=-0.03.
 
     "held" or "did not hold" only when the difference of the means exceeds twice its standard error. With
     per-problem results (``correct``) the error is paired over the problems (``_paired_se``); without them it is
@@ -132,20 +134,21 @@ def compare(a: dict | None, b: dict | None, sign: int = 1, n_problems: int | Non
         se = math.sqrt(var)
     margin = 2 * se
     needed, note = None, ""
-    if abs(diff) <= max(margin, 1e-9):
+    gap = diff - against
+    if abs(gap) <= max(margin, 1e-9):
         outcome = "inconclusive"
         if parts is None:
             note = "no per-problem results to size it"
         elif parts[1] < 2:
             note = "one training seed: the seed spread is unknown"
         else:
-            needed = seeds_to_decide(diff, parts[0], parts[2])
+            needed = seeds_to_decide(gap, parts[0], parts[2])
             if needed is None:
-                note = ("no effect measured" if abs(diff) < 1e-12 else
+                note = ("no effect measured" if abs(gap) < 1e-12 else
                         "the test problems alone leave a wider interval: more test problems (task.n_test) would "
                         "be needed")
     else:
-        outcome = "held" if sign * diff > 0 else "did not hold"
+        outcome = "held" if sign * gap > 0 else "did not hold"
     evidence = (f"{100 * b['mean']:.1f} vs {100 * a['mean']:.1f} ({100 * diff:+.1f} points, 2 s.e. {100 * margin:.1f}; "
                 f"interval [{100 * (diff - margin):+.1f}, {100 * (diff + margin):+.1f}])")
     return outcome, evidence, needed, note

@@ -27,8 +27,9 @@ def register(subparsers: Any) -> None:
                                           "encoder and teacher, evaluate every sampler, write report.md. It first "
                                           "times a few steps, prints its estimate and plan, and cuts what does not "
                                           "fit --budget; " + TIME_PER_CPU_CLASS.format(**MEASURED) + ".")
-    p.add_argument("--out", default="demo_out", type=output_dir,
-                   help="output folder (report.md, plots, results.json, models; resumed when it exists)")
+    p.add_argument("--out", default=None, type=output_dir,
+                   help="output folder (report.md, plots, results.json, models; resumed when it exists; default "
+                        "demo_out, with --distill demo_distill)")
     p.add_argument("--quick", action="store_true", help="a reduced run (about a minute): every stage, tiny budgets "
                                                          "(the same as --preset quick)")
     p.add_argument("--preset", default=None, help="named settings applied before the overrides: quick, or harder "
@@ -49,6 +50,11 @@ def register(subparsers: Any) -> None:
                    help="run the ablation ladder instead (ELF, REPA only, REG only, ELF-REG, REG removed at inference, "
                         "one learnable token, and settings that might make REG pay) over the training seeds, paired "
                         "per seed, and write ladder.md and ladder.json; --budget does not apply (docs/demo.md)")
+    p.add_argument("--distill", action="store_true",
+                   help="run the distillation study instead: a task where the teacher needs its steps, the teacher, "
+                        "its PD and flow-map students over training seeds, each scored at NFE 2, 3, 5 and 16; writes "
+                        "distill.md and distill.json; overrides are the study's (seeds=[0,1,2] samples=100 ...); "
+                        "--budget does not apply (docs/distill.md, about 7 minutes a seed on 2 cores)")
     p.add_argument("--arms", default=None, metavar="A,B,...",
                    help="with --ablations: these arms only (ELF is always run: the baseline)")
     p.add_argument("--arm", action="append", default=[], metavar="'NAME=KIND key=value ...'",
@@ -106,6 +112,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from elfreg.demo.runner import run_demo
 
     t0 = time.perf_counter()
+    if args.distill:
+        return distill_study(args)
+    args.out = args.out or "demo_out"
     cfg = demo_config(args.quick, args.overrides, args.preset)
     if args.no_progress:
         quiet_loaders()
@@ -136,4 +145,26 @@ def ladder(args: argparse.Namespace, cfg) -> int:
     t0 = time.perf_counter()
     run_ladder(cfg, args.out, arms, args.cache_dir, progress=not args.no_progress)
     print(f"elfreg demo --ablations: report {args.out}/ladder.md; total wall time {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+def distill_study(args: argparse.Namespace) -> int:
+    """``elfreg demo --distill``: the distillation study (elfreg.demo.distill) into --out."""
+    from elfreg.configtools import ConfigError
+    from elfreg.demo.distill import REPORT, run_study, study_config
+    from elfreg.fingerprint import move_aside
+
+    for flag, given in (("--ablations", args.ablations or args.arms or args.arm), ("--quick", args.quick),
+                        ("--preset", args.preset), ("--cache-dir", args.cache_dir)):
+        if given:
+            raise ConfigError(f"--distill runs a study of its own: {flag} does not apply to it")
+    out = args.out = args.out or "demo_distill"
+    cfg = study_config(args.overrides)
+    if args.no_progress:
+        quiet_loaders()
+    if args.restart:
+        move_aside([out])
+    t0 = time.perf_counter()
+    run_study(cfg, out, progress=not args.no_progress)
+    print(f"elfreg demo --distill: report {out}/{REPORT}; total wall time {time.perf_counter() - t0:.0f} s")
     return 0

@@ -47,9 +47,11 @@ class DistillConfig:
     # the decoder branch keeps the training CE on this share of the rows (0.2, as training and the reference's PD)
     decoder_prob: float = 0.2
     self_cond_prob: float = 0.5   # rows that see the student's own prediction as self-conditioning
-    # flow map: shares of the denoising rows that regress the teacher (s = t) and that jump the whole path (0 -> 1)
-    diagonal_frac: float = 0.25
-    full_frac: float = 0.1
+    # flow map: shares of the denoising rows that regress the teacher (s = t) and that jump the whole path (0 -> 1);
+    # with 0.25 of them anchored to the teacher the self-made targets drifted and the answers collapsed onto a few
+    # (docs/distill.md, "Flow map": the choice and its measurements)
+    diagonal_frac: float = 0.5
+    full_frac: float = 0.2
     # the distilled model's default NFE (its sampler: full-span on the uniform grid); null: the last round's steps
     # + 1 (PD), 2 (the flow map: one step)
     nfe: int | None = None

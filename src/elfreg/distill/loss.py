@@ -24,7 +24,7 @@ class DistillLoss(nn.Module):
     """loss(student, batch, draws, objective, counts) of one method and round; holds the frozen teacher network."""
 
     def __init__(self, teacher: nn.Module, method: str, round_: pd.PDRound | None = None,
-                 diagonal_frac: float = 0.25, full_frac: float = 0.1) -> None:
+                 diagonal_frac: float = 0.5, full_frac: float = 0.2) -> None:
         super().__init__()
         if method not in ("pd", "flowmap"):
             raise ValueError(f"distill.method: unknown {method!r}; choose pd or flowmap")

@@ -1,0 +1,132 @@
+"""`elfreg demo --distill`: the task and its verifier, the settings, the real configs taking the study's overrides,
+the targets' rule, and a whole tiny study (tiny Qwen3 backbones) that resumes without training again."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from elfreg.configfiles import resolve_config
+from elfreg.configtools import ConfigError
+from elfreg.demo import distill as study
+from elfreg.demo.claims import compare
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ["distill.epochs_per_round=null", "train.batch_size=4", "train.warmup_epochs=null", "train.warmup_steps=1",
+         "train.ema_decay=0.5", "train.save_every=2", "train.log_every=1", "train.stats_canvases=16"]
+
+
+def test_the_verifier_wants_three_equal_digits_on_the_first_line():
+    assert study.answer_digit("7 7 7") == "7"
+    assert study.answer_digit(" 0 0 0 \n#### 0") == "0"
+    assert study.answer_digit("7 7 7\n#### 3") == "7"      # the first line decides
+    for bad in ("9 7 9", "7 7", "7 7 7 7", "77 7 7", "a a a", "", "\n7 7 7", "7  7 7"):
+        assert study.answer_digit(bad) is None, bad
+
+
+def test_task_rows_are_seeded_and_cover_every_digit():
+    rows = study.task_rows(500)
+    assert rows == study.task_rows(500) and rows != study.task_rows(500, seed=1)
+    assert {r["answer"] for r in rows} == {str(d) for d in range(10)}
+    for r in rows:
+        assert r["prompt"] == study.PROMPT and study.answer_digit(r["response"]) == r["answer"]
+
+
+@pytest.mark.parametrize("override, field", [("seeds=[]", "seeds"), ("seeds=[1,1]", "seeds"),
+                                             ("methods=[pd,cm]", "methods"), ("nfes=[2,3]", "nfes"),
+                                             ("nfes=[1,16]", "nfes"), ("samples=1", "samples"), ("rows=5", "rows")])
+def test_bad_settings_name_their_key(override, field):
+    with pytest.raises(ConfigError, match=field):
+        study.study_config([override])
+
+
+def test_the_shipped_configs_take_the_studys_overrides(tmp_path):
+    """The teacher's run and both distillations resolve from the real configs with the study's overrides."""
+    from elfreg.distill import load_distill_config
+    from elfreg.train.config import load_run_config
+
+    cfg = study.study_config([])
+    data = study.write_data(tmp_path, cfg)
+    run = load_run_config(resolve_config(cfg.teacher_config),
+                          study.teacher_settings(cfg, 2, data, tmp_path / "c", False))
+    assert (run.model.width, run.train.steps, run.train.seed) == (64, 800, 2)
+    assert (run.model.max_prompt_len, run.model.max_len) == (study.PROMPT_LEN, study.CANVAS_LEN)
+    assert run.data.sources[0]["path"] == str(data) and len(data.read_text().splitlines()) == 3000
+    pd = load_distill_config(resolve_config("distill/demo"), study.distill_overrides(cfg, "pd", 2, tmp_path, False),
+                             method="pd")
+    fm = load_distill_config(resolve_config("distill/demo"),
+                             study.distill_overrides(cfg, "flowmap", 2, tmp_path, False), method="flowmap")
+    assert pd.train.seed == fm.train.seed == 2
+    # the flow map gets PD's optimiser steps, all rounds together
+    assert fm.distill.steps_per_round == len(pd.distill.rounds) * pd.distill.steps_per_round
+    with pytest.raises(ConfigError, match="rows"):   # a folder written for other settings is refused, not rewritten
+        study.write_data(tmp_path, study.study_config(["rows=100"]))
+
+
+def _cell(rows: list[list[int]]) -> dict:
+    return study.cell({s: ["1" if x else None for x in r] for s, r in enumerate(rows)})
+
+
+def test_within_three_points_is_judged_against_the_moved_line():
+    """compare(..., against=-0.03): held beyond 2 s.e. above -3 points, did not hold beyond 2 s.e. below it."""
+    teacher = _cell([[1] * 90 + [0] * 10] * 3)
+    same = _cell([[1] * 90 + [0] * 10] * 3)                      # 0 points below: inside the line by 3
+    far = _cell([[1] * 60 + [0] * 40] * 3)                       # 30 points below
+    near = _cell([[1] * 88 + [0] * 12, [1] * 85 + [0] * 15, [1] * 91 + [0] * 9])   # 2.7 below, noisy
+    assert compare(teacher, same, 1, None, -0.03)[0] == "held"
+    assert compare(teacher, same, 1, None, 0.0)[0] == "inconclusive"   # "above" is not shown by a tie
+    assert compare(teacher, far, 1, None, -0.03)[0] == "did not hold"
+    assert compare(teacher, near, 1, None, -0.03)[0] == "inconclusive"
+    c = _cell([[1, 0, 1, 1], [0, 0, 1, 1]])
+    assert c["acc"] == [0.75, 0.5] and c["mean"] == 0.625 and c["distinct"] == [1, 1]
+
+
+def test_a_tiny_study_runs_reports_and_resumes_without_training(tmp_path, tiny_lm_dir, one_thread, monkeypatch):
+    lm = [f"backbones.encoder={tiny_lm_dir}", f"backbones.teacher={tiny_lm_dir}", "train.batch_size=8",
+          "train.stats_canvases=16", "train.save_every=4"]
+    over = ["seeds=[0,1]", "rows=40", "teacher_steps=4", "samples=4", "nfes=[2,16]",
+            f"teacher_config={REPO / 'configs/tiny-smoke.yaml'}", f"teacher_overrides={json.dumps(lm)}",
+            f"pd_overrides={json.dumps(SMALL + ['distill.rounds=[2,1]', 'distill.steps_per_round=2'])}",
+            f"flowmap_overrides={json.dumps(SMALL + ['distill.steps_per_round=2'])}"]
+    cfg = study.study_config(over)
+    lines: list[str] = []
+    res = study.run_study(cfg, tmp_path / "s", progress=False, log=lines.append)
+    assert set(res["cells"]) == {"teacher", "pd", "flowmap"}
+    for model in res["cells"].values():
+        assert set(model) == {"2", "16"}
+        for c in model.values():
+            assert c["train_seed"] == [0, 1] and [len(r) for r in c["correct"]] == [4, 4]
+    assert [c["claim"] for c in res["claims"]] == [
+        "the teacher needs its steps: NFE 16 above NFE 2", "PD at NFE 2 within 3 points of the teacher at NFE 16",
+        "flow map at NFE 2 within 3 points of the teacher at NFE 16", "the flow map at NFE 2 above PD at NFE 2"]
+    for seed in (0, 1):
+        rec = json.loads((tmp_path / f"s/seed-{seed}/pd/model/distill.json").read_text())
+        assert rec["method"] == "pd" and rec["teacher"].endswith(f"seed-{seed}/teacher/model")
+        assert set(json.loads((tmp_path / f"s/seed-{seed}/seconds.json").read_text())) == {"teacher", "pd", "flowmap"}
+    md = (tmp_path / "s/distill.md").read_text()
+    assert "| flow map |" in md and "within 3 points" in md and "2 training seeds (0, 1)" in md
+    assert json.loads((tmp_path / "s/distill.json").read_text())["cells"] == json.loads(json.dumps(res["cells"]))
+
+    # a rerun trains nothing and samples nothing: every stage and score is read back
+    import elfreg.distill
+    import elfreg.train.trainer
+
+    def refuse(*a, **k):
+        raise AssertionError("a finished stage ran again")
+
+    monkeypatch.setattr(elfreg.train.trainer, "train", refuse)
+    monkeypatch.setattr(elfreg.distill, "distill", refuse)
+    monkeypatch.setattr(study, "score", refuse)
+    again = study.run_study(cfg, tmp_path / "s", progress=False, log=lines.append)
+    assert again["cells"] == res["cells"]
+
+
+def test_the_command_refuses_bad_input_in_one_line(tmp_path):
+    for argv in (["--distill", "seeds=[]"], ["--distill", "--quick"], ["--distill", "--ablations"]):
+        p = subprocess.run([sys.executable, "-m", "elfreg", "demo", "--out", str(tmp_path / "o"), *argv],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and "error" in p.stderr
+        assert not (tmp_path / "o").exists()
