@@ -36,7 +36,8 @@ def test_task_rows_are_seeded_and_cover_every_digit():
 
 @pytest.mark.parametrize("override, field", [("seeds=[]", "seeds"), ("seeds=[1,1]", "seeds"),
                                              ("methods=[pd,cm]", "methods"), ("nfes=[2,3]", "nfes"),
-                                             ("nfes=[1,16]", "nfes"), ("samples=1", "samples"), ("rows=5", "rows")])
+                                             ("nfes=[1,16]", "nfes"), ("samples=1", "samples"), ("rows=5", "rows"),
+                                             ("student=OLT", "student")])
 def test_bad_settings_name_their_key(override, field):
     with pytest.raises(ConfigError, match=field):
         study.study_config([override])
@@ -52,6 +53,11 @@ def test_the_shipped_configs_take_the_studys_overrides(tmp_path):
     run = load_run_config(resolve_config(cfg.teacher_config),
                           study.teacher_settings(cfg, 2, data, tmp_path / "c", False))
     assert (run.model.width, run.train.steps, run.train.seed) == (64, 800, 2)
+    assert (run.model.extra_token, run.objective.use_reg) == ("reg", True)
+    elf = load_run_config(resolve_config(cfg.teacher_config), study.teacher_settings(
+        study.study_config(["student=ELF"]), 2, data, tmp_path / "c", False))
+    assert (elf.model.extra_token, elf.model.repa, elf.objective.use_repa, elf.objective.use_reg) == \
+        ("none", False, False, False)
     assert (run.model.max_prompt_len, run.model.max_len) == (study.PROMPT_LEN, study.CANVAS_LEN)
     assert run.data.sources[0]["path"] == str(data) and len(data.read_text().splitlines()) == 3000
     pd = load_distill_config(resolve_config("distill/demo"), study.distill_overrides(cfg, "pd", 2, tmp_path, False),
@@ -61,8 +67,6 @@ def test_the_shipped_configs_take_the_studys_overrides(tmp_path):
     assert pd.train.seed == fm.train.seed == 2
     # the flow map gets PD's optimiser steps, all rounds together
     assert fm.distill.steps_per_round == len(pd.distill.rounds) * pd.distill.steps_per_round
-    with pytest.raises(ConfigError, match="rows"):   # a folder written for other settings is refused, not rewritten
-        study.write_data(tmp_path, study.study_config(["rows=100"]))
 
 
 def _cell(rows: list[list[int]]) -> dict:
@@ -121,6 +125,13 @@ def test_a_tiny_study_runs_reports_and_resumes_without_training(tmp_path, tiny_l
     monkeypatch.setattr(study, "score", refuse)
     again = study.run_study(cfg, tmp_path / "s", progress=False, log=lines.append)
     assert again["cells"] == res["cells"]
+    # a folder of models made under other settings is refused in one line naming them, nothing touched
+    from elfreg.fingerprint import RunMismatch
+
+    for other in ("rows=48", "student=ELF", "teacher_steps=5"):
+        with pytest.raises(RunMismatch, match=other.split("=")[0]):
+            study.run_study(study.study_config(over + [other]), tmp_path / "s", progress=False, log=lines.append)
+    assert json.loads((tmp_path / "s/distill.json").read_text())["cells"] == json.loads(json.dumps(res["cells"]))
 
 
 def test_the_command_refuses_bad_input_in_one_line(tmp_path):

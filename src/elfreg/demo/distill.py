@@ -29,13 +29,20 @@ from pathlib import Path
 
 from elfreg.atomic import atomic_write_text
 from elfreg.bounds import SEED, Range, check_ranges
-from elfreg.configtools import ConfigError, apply_overrides, check, from_dict
+from elfreg.configtools import apply_overrides, check, from_dict
 from elfreg.jsontext import dumps
 
 PROMPT = "say one digit three times ?"
 ANSWER = re.compile(r"\s*(\d) (\d) (\d)\s*$")
 METHODS = ("pd", "flowmap")
 NAMES = {"teacher": "teacher", "pd": "PD", "flowmap": "flow map"}
+# each kind of teacher as overrides of its training config (the ELF-REG config's ELF: docs/training.md)
+STUDENTS = {"ELF-REG": [], "ELF": ["model.extra_token=none", "model.repa=false", "objective.use_repa=false",
+                                  "objective.use_reg=false"]}
+# the settings that make the models: a folder made under others is refused (seeds, methods, nfes and samples only
+# add folders or scores)
+MODEL_SETTINGS = ("rows", "teacher_steps", "width", "student", "teacher_config", "teacher_overrides", "pd_overrides",
+                  "flowmap_overrides")
 # the canvas of the task under SmolLM2's chat template: the prompt's tokens and prompt + "d d d\n#### d" + EOS
 PROMPT_LEN, CANVAS_LEN = 14, 28
 RESULTS, REPORT = "distill.json", "distill.md"
@@ -52,6 +59,7 @@ class DistillDemo:
     methods: list[str] = field(default_factory=lambda: list(METHODS))
     nfes: list[int] = field(default_factory=lambda: [2, 3, 5, 16])
     samples: int = 100         # answers per model and NFE
+    student: str = "ELF-REG"   # the teacher's kind: ELF-REG (the paper's) or ELF (no REPA, no REG)
     teacher_config: str = "small-cpu"   # the teacher's training config (a shipped name or a YAML file)
     teacher_overrides: list[str] = field(default_factory=list)   # more key=value for the teacher's run
     pd_overrides: list[str] = field(default_factory=list)        # more key=value for the PD run
@@ -65,6 +73,7 @@ class DistillDemo:
               "seeds", f"give distinct training seeds, e.g. [0, 1, 2]; got {self.seeds!r}")
         for s in self.seeds:
             SEED.check(s, "seeds")
+        check(self.student in STUDENTS, "student", f"choose from {list(STUDENTS)}; got {self.student!r}")
         check(isinstance(self.methods, list) and len(self.methods) > 0 and set(self.methods) <= set(METHODS),
               "methods", f"choose from {list(METHODS)}; got {self.methods!r}")
         check(isinstance(self.nfes, list) and len(self.nfes) > 0 and 16 in self.nfes, "nfes",
@@ -95,14 +104,20 @@ def answer_digit(text: str) -> str | None:
     return m.group(1) if m and m.group(1) == m.group(2) == m.group(3) else None
 
 
+def claim_folder(out: Path, cfg: DistillDemo) -> None:
+    """Record the settings that make the models in ``out``; a folder holding models made under other settings is
+    refused in one line naming them (``elfreg.fingerprint.claim``; ``--restart`` moves it aside)."""
+    from elfreg.fingerprint import claim
+
+    settings = {k: getattr(cfg, k) for k in MODEL_SETTINGS}
+    claim(out / "fingerprint.json", settings, sorted(out.glob("seed-*")), where=out, aside=[])
+
+
 def write_data(out: Path, cfg: DistillDemo) -> Path:
-    """The task's training file in ``out`` (written once; a different row count is refused, not overwritten)."""
+    """The task's training file in ``out`` (written once; ``claim_folder`` keeps its row count)."""
     path = out / "train.jsonl"
     text = "".join(json.dumps(r) + "\n" for r in task_rows(cfg.rows))
-    if path.is_file():
-        if path.read_text() != text:
-            raise ConfigError(f"{path}: written for other settings (rows); use another --out or --restart")
-    else:
+    if not path.is_file() or path.read_text() != text:
         atomic_write_text(path, text)
     return path
 
@@ -113,7 +128,8 @@ def teacher_settings(cfg: DistillDemo, seed: int, data: Path, cache: Path, progr
             f"train.steps={cfg.teacher_steps}", f"train.seed={seed}", f"train.progress={str(progress).lower()}",
             f"data.cache_dir={cache}",
             f"data.sources=[{{name: repeat, task: math, path: {json.dumps(str(data))}, format: jsonl, "
-            "columns: {prompt: prompt, response: response, answer: answer}}]", *cfg.teacher_overrides]
+            "columns: {prompt: prompt, response: response, answer: answer}}]", *STUDENTS[cfg.student],
+            *cfg.teacher_overrides]
 
 
 def distill_overrides(cfg: DistillDemo, method: str, seed: int, cache: Path, progress: bool) -> list[str]:
@@ -195,6 +211,7 @@ def run_study(cfg: DistillDemo, out: str | Path, progress: bool = True, log=prin
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    claim_folder(out, cfg)
     data = write_data(out, cfg)
     cache = out / "feature-cache"
     models = ["teacher", *cfg.methods]
@@ -267,7 +284,8 @@ def report(results: dict, cfg: DistillDemo) -> list[str]:
     seeds = ", ".join(map(str, cfg.seeds))
     lines = ["# Few-step generation where steps matter", "",
              f"Task: {PROMPT!r} -> \"d d d\" (ten equally valid answers; an answer is valid when its three digits "
-             f"agree). {len(cfg.seeds)} training seeds ({seeds}); per model and NFE {cfg.samples} answers, full-span "
+             f"agree). Teacher: {cfg.student}, width {cfg.width}, {cfg.teacher_steps} steps on {cfg.rows} rows. "
+             f"{len(cfg.seeds)} training seeds ({seeds}); per model and NFE {cfg.samples} answers, full-span "
              "sampler on the uniform grid, generation seed 0. Each cell: valid answers, mean ± std over the training "
              "seeds, and in brackets the distinct answers among the valid ones (of 10; a model that always says "
              "\"5 5 5\" is valid and useless). NFE 2 is one denoiser call and the decoder's.", "",
