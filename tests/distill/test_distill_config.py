@@ -26,6 +26,13 @@ def test_round_counts_out_of_range_are_refused(rounds, why):
         DistillConfig(rounds=rounds)
 
 
+def test_the_flow_maps_target_weights_are_online_or_ema():
+    assert DistillConfig().target_weights == "online"
+    assert load_distill_config(None, ["distill.target_weights=ema"]).distill.target_weights == "ema"
+    with pytest.raises(ConfigError, match="distill.target_weights.*online or ema"):
+        DistillConfig(target_weights="teacher")
+
+
 def test_fsdp_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="train.parallel.*DDP only"):
         load_distill_config(None, ["train.parallel=fsdp"])

@@ -45,3 +45,31 @@ def test_every_branch_mix_gives_a_finite_loss_and_gradients(method, decoder_prob
     else:
         assert out.terms["l2"] == 0 and out.terms["loss_reg"] == 0
     assert float(out.terms["decoder_frac"]) == float(draws.is_decoder.float().mean())
+
+
+def test_ema_targets_come_from_the_ema_weights_loaded_every_step():
+    """distill.target_weights=ema: the two-hop targets are the EMA's, refreshed from the (in-place updated) weights
+    at every step; the gradient still flows into the student only."""
+    import copy
+
+    from elfreg.distill.loss import DistillLoss
+
+    student, teacher, batch, draws, cfg = _setup(0.0, flow_map=True)
+    other = copy.deepcopy(student)
+    torch.nn.init.normal_(other.final_linear.weight, std=0.5)   # "EMA" weights unlike the student's
+    shadow = {n: p.detach().clone() for n, p in other.named_parameters()}
+    loss = DistillLoss(teacher, "flowmap", None, 0.0, 0.5)   # no diagonal rows: every target is a two-hop one
+    online = loss(student, batch, draws, cfg).loss
+    loss.ema_targets(student, shadow)
+    by_ema = loss(student, batch, draws, cfg)
+    # the same as distill_loss with the EMA network as the target maker, and not the online loss
+    want = distill_loss(student, teacher, batch, draws, cfg, "flowmap", None, 0.0, 0.5, None, other)
+    assert torch.equal(by_ema.loss, want.loss) and not torch.equal(by_ema.loss, online)
+    by_ema.loss.backward()
+    assert student.final_linear.weight.grad is not None and loss.target_net.final_linear.weight.grad is None
+    with torch.no_grad():   # the EMA moves in place (as EMA.update does): the next step sees it
+        for n, p in student.named_parameters():
+            shadow[n].copy_(p)
+    assert torch.equal(loss(student, batch, draws, cfg).loss, online)
+    with pytest.raises(ValueError, match="only the flow map"):
+        DistillLoss(teacher, "pd", PDRound(1, 4, 16)).ema_targets(student, shadow)

@@ -52,12 +52,16 @@ class DistillConfig:
     # (docs/distill.md, "Flow map": the choice and its measurements)
     diagonal_frac: float = 0.5
     full_frac: float = 0.2
+    # flow map: the weights that make the two-hop targets: the student's own (online) or the run's EMA of them
+    target_weights: Literal["online", "ema"] = "online"
     # the distilled model's default NFE (its sampler: full-span on the uniform grid); null: the last round's steps
     # + 1 (PD), 2 (the flow map: one step)
     nfe: int | None = None
 
     def __post_init__(self) -> None:
         check(self.method in METHODS, "distill.method", f"unknown {self.method!r}; choose pd or flowmap")
+        check(self.target_weights in ("online", "ema"), "distill.target_weights",
+              f"unknown {self.target_weights!r}; choose online or ema")
         check_ranges(self, DISTILL_RANGES, "distill.")
         for name in ("decoder_prob", "self_cond_prob"):
             PROB.check(getattr(self, name), f"distill.{name}")

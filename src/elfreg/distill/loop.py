@@ -105,6 +105,8 @@ class StageTrainer(Trainer):
         self.teacher_net = copy.deepcopy(teacher.student).to(self.device).eval().requires_grad_(False)
         loss = DistillLoss(self.teacher_net, d.method, self.round, d.diagonal_frac, d.full_frac)
         self._build_update(student, loss)
+        if d.method == "flowmap" and d.target_weights == "ema":
+            loss.ema_targets(student, self.ema.shadow)
         if self.resume_from is not None:
             self._load_train_state(ema_init)
 

@@ -9,6 +9,7 @@ beside the text's, with ``objective.reg_weight``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
@@ -32,16 +33,35 @@ class DistillLoss(nn.Module):
             raise ValueError("a PD loss needs its round")
         self.teacher = teacher.eval().requires_grad_(False)
         self.method, self.round, self.diagonal_frac, self.full_frac = method, round_, diagonal_frac, full_frac
+        self.target_net: nn.Module | None = None
+        self._target_weights: dict[str, Tensor] | None = None
 
-    def train(self, mode: bool = True) -> "DistillLoss":   # the teacher stays in eval mode
+    def ema_targets(self, student: nn.Module, weights: dict[str, Tensor]) -> None:
+        """Make the flow map's two-hop targets with ``weights`` (the run's EMA, updated in place after every step:
+        ``distill.target_weights=ema``) instead of the student's current weights: a frozen copy of the student,
+        loaded with them at the start of every step."""
+        if self.method != "flowmap":
+            raise ValueError("distill.target_weights: only the flow map makes its own targets")
+        self.target_net = copy.deepcopy(student).eval().requires_grad_(False)
+        self._target_weights = weights
+
+    def train(self, mode: bool = True) -> "DistillLoss":   # the teacher (and the target copy) stay in eval mode
         super().train(mode)
         self.teacher.eval()
+        if self.target_net is not None:
+            self.target_net.eval()
         return self
 
     def forward(self, student, batch: TrainBatch, draws, cfg: ObjectiveConfig,
                 counts: dict[str, Tensor] | None = None) -> LossOutput:
+        targets = student
+        if self.target_net is not None:
+            named = list(self.target_net.named_parameters())
+            with torch.no_grad():
+                torch._foreach_copy_([p for _, p in named], [self._target_weights[n].to(p.dtype) for n, p in named])
+            targets = self.target_net
         return distill_loss(student, self.teacher, batch, draws, cfg, self.method, self.round, self.diagonal_frac,
-                            self.full_frac, None if counts is None else counts.get("rows"))
+                            self.full_frac, None if counts is None else counts.get("rows"), targets)
 
 
 @torch.no_grad()
@@ -56,8 +76,9 @@ def _own_prediction(student, z: Tensor, q: Tensor, t: Tensor, w: Tensor, keep: T
 
 def distill_loss(student, teacher, batch: TrainBatch, draws, cfg: ObjectiveConfig, method: str,
                  round_: pd.PDRound | None, diagonal_frac: float, full_frac: float,
-                 rows: Tensor | None = None) -> LossOutput:
-    """The step's loss (module docstring); ``rows``: the global batch size (default: this batch's)."""
+                 rows: Tensor | None = None, targets=None) -> LossOutput:
+    """The step's loss (module docstring); ``rows``: the global batch size (default: this batch's); ``targets``: the
+    network that makes the flow map's two-hop targets (default: the student itself, no gradient)."""
     mcfg = student.config
     x, pm = batch.x, batch.prompt_mask
     dev, floor = x.device, cfg.c_t_floor
@@ -108,7 +129,8 @@ def distill_loss(student, teacher, batch: TrainBatch, draws, cfg: ObjectiveConfi
             x_star = jump_target(z, z_t, t_s, grid[:, -1], floor)
             r_star = jump_target(r, r_t, t_s, grid[:, -1], floor) if r is not None else None
         else:
-            x_star, r_star = _flowmap_targets(student, teacher, z, q, t_s, ts_to, w, kp, xp, floor, r, r_q)
+            x_star, r_star = _flowmap_targets(student if targets is None else targets, teacher, z, q, t_s, ts_to, w,
+                                              kp, xp, floor, r, r_q)
 
     inp.q[rows_den] = q
     if inp.r_q is not None and r_q is not None:
