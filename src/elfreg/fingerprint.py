@@ -97,6 +97,7 @@ def _show(v: Any) -> str:
 # refuse every older output). A new field whose default keeps old runs as they were belongs here.
 ADDED_LATER: dict[str, Any] = {
     "model.flow_map": False,  # flow-map students (elfreg distill)
+    "distill.target_weights": "online",  # the flow map's two-hop targets from the EMA (an option added later)
 }
 
 

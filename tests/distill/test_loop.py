@@ -99,6 +99,34 @@ def test_a_resumed_run_with_other_settings_is_refused(tmp_path, teacher, pd_run)
                                                             teacher=teacher))
 
 
+def test_a_pd_run_resumes_whatever_the_flow_maps_settings(tmp_path):
+    """A PD run's folder written before the flow map's settings changed (or existed) still resumes; a flow-map run's
+    does not, and an older folder without distill.target_weights reads as the online targets it was made with."""
+    import yaml
+
+    from elfreg.distill.loop import _run_key, check_same_run
+    from elfreg.fingerprint import RunMismatch
+
+    for method in ("pd", "flowmap"):
+        out = tmp_path / method
+        out.mkdir()
+        old = _run_key(load_distill_config(None, ["distill.diagonal_frac=0.25", "distill.full_frac=0.1"],
+                                           method=method), "T")
+        del old["distill"]["target_weights"]   # written before the option existed
+        (out / "distill.yaml").write_text(yaml.safe_dump(old))
+        now = load_distill_config(None, [], method=method)
+        if method == "pd":
+            check_same_run(out, now, "T")
+        else:
+            with pytest.raises(RunMismatch, match="distill.diagonal_frac=0.25.*now distill.diagonal_frac=0.5"):
+                check_same_run(out, now, "T")
+            check_same_run(out, load_distill_config(None, ["distill.diagonal_frac=0.25", "distill.full_frac=0.1"],
+                                                    method=method), "T")
+            with pytest.raises(RunMismatch, match="target_weights=online, now distill.target_weights=ema"):
+                check_same_run(out, load_distill_config(None, ["distill.diagonal_frac=0.25", "distill.full_frac=0.1",
+                                                               "distill.target_weights=ema"], method=method), "T")
+
+
 def _nfe_and_invariance(model, nfe):
     from elfreg.sampling import SamplerConfig, sample
     from elfreg.sampling.text import model_sampler_config

@@ -20,6 +20,7 @@ from elfreg.configtools import ConfigError, apply_overrides, check, from_dict, l
 from elfreg.train.config import CanvasSection, DataConfig, PaperBudget, TrainConfig
 
 METHODS = ("pd", "flowmap")
+FLOWMAP_ONLY = ("diagonal_frac", "full_frac", "target_weights")   # settings a PD run never reads
 TEACHER_GRID = Range(1, 4096, integer=True, why="teacher sub-steps over the whole path")
 PROB = Range(0, 1)
 DISTILL_RANGES = {

@@ -31,7 +31,7 @@ import yaml
 from elfreg.atomic import atomic_write_text
 from elfreg.config import ElfRegConfig
 from elfreg.configtools import to_dict
-from elfreg.distill.config import DistillRunConfig
+from elfreg.distill.config import FLOWMAP_ONLY, DistillRunConfig
 from elfreg.distill.draws import distill_draws
 from elfreg.distill.loss import DistillLoss
 from elfreg.distill.pd import PDRound, pd_rounds
@@ -166,6 +166,8 @@ def check_same_run(output: Path, run: DistillRunConfig, teacher: str) -> None:
         raise ValueError(f"{path}: cannot read the run's config; pass --restart to start over") from None
     free = {"train.progress", "train.log_every", "train.save_every", "train.keep_last", "train.device",
             "train.tensorboard", "train.wandb_project", "train.compile", "train.grad_checkpointing"}
+    if run.distill.method == "pd":   # the flow map's settings change nothing in a PD run
+        free |= {f"distill.{k}" for k in FLOWMAP_ONLY}
     keep = lambda d: {k: v for k, v in flatten(json.loads(json.dumps(d))).items() if k not in free}  # noqa: E731
     diffs = differences(keep(saved), keep(_run_key(run, teacher)))
     if diffs:
