@@ -83,6 +83,12 @@ def test_within_three_points_is_judged_against_the_moved_line():
     assert compare(teacher, same, 1, None, 0.0)[0] == "inconclusive"   # "above" is not shown by a tie
     assert compare(teacher, far, 1, None, -0.03)[0] == "did not hold"
     assert compare(teacher, near, 1, None, -0.03)[0] == "inconclusive"
+    # the answers themselves too noisy for the gap: no number of training seeds decides it, and the note names the
+    # study's own knob
+    a, b = _cell([[1] * 50 + [0] * 50] * 2), _cell([[0] * 48 + [1] * 52] * 2)
+    outcome, _, needed, note = compare(a, b, 1, None, 0.0, "answers (samples)")
+    assert (outcome, needed) == ("inconclusive", None) and "more answers (samples) would be needed" in note
+    assert "task.n_test" in compare(a, b, 1, None)[3]
     c = _cell([[1, 0, 1, 1], [0, 0, 1, 1]])
     assert c["acc"] == [0.75, 0.5] and c["mean"] == 0.625 and c["distinct"] == [1, 1]
 

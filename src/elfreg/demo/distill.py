@@ -58,7 +58,7 @@ class DistillDemo:
     width: int = 64            # the teacher's width (the demo's student)
     methods: list[str] = field(default_factory=lambda: list(METHODS))
     nfes: list[int] = field(default_factory=lambda: [2, 3, 5, 16])
-    samples: int = 100         # answers per model and NFE
+    samples: int = 400         # answers per model and NFE (cheap: the paired units of every comparison)
     student: str = "ELF-REG"   # the teacher's kind: ELF-REG (the paper's) or ELF (no REPA, no REG)
     teacher_config: str = "small-cpu"   # the teacher's training config (a shipped name or a YAML file)
     teacher_overrides: list[str] = field(default_factory=list)   # more key=value for the teacher's run
@@ -271,7 +271,7 @@ def study_claims(results: dict, cfg: DistillDemo) -> list[tuple]:
                      at(m, lo), -0.03))
     if set(METHODS) <= set(cfg.methods):
         rows.append((f"the flow map at NFE {lo} above PD at NFE {lo}", at("pd", lo), at("flowmap", lo), 0.0))
-    return [(text, *compare(a, b, 1, None, against)) for text, a, b, against in rows]
+    return [(text, *compare(a, b, 1, None, against, "answers (samples)")) for text, a, b, against in rows]
 
 
 def fmt(c: dict) -> str:
