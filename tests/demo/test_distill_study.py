@@ -93,7 +93,8 @@ def test_within_three_points_is_judged_against_the_moved_line():
     assert c["acc"] == [0.75, 0.5] and c["mean"] == 0.625 and c["distinct"] == [1, 1]
 
 
-def test_a_tiny_study_runs_reports_and_resumes_without_training(tmp_path, tiny_lm_dir, one_thread, monkeypatch):
+def test_a_tiny_study_runs_reports_and_resumes_without_training(tmp_path, tiny_lm_dir, one_thread, monkeypatch,
+                                                                  capsys):
     lm = [f"backbones.encoder={tiny_lm_dir}", f"backbones.teacher={tiny_lm_dir}", "train.batch_size=8",
           "train.stats_canvases=16", "train.save_every=4"]
     over = ["seeds=[0,1]", "rows=40", "teacher_steps=4", "samples=4", "nfes=[2,16]",
@@ -118,6 +119,15 @@ def test_a_tiny_study_runs_reports_and_resumes_without_training(tmp_path, tiny_l
     md = (tmp_path / "s/distill.md").read_text()
     assert "| flow map |" in md and "within 3 points" in md and "2 training seeds (0, 1)" in md
     assert json.loads((tmp_path / "s/distill.json").read_text())["cells"] == json.loads(json.dumps(res["cells"]))
+
+    # the speed benchmark times every model of a seed and both AR baselines on the study's folder
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", ["bench", "--study", str(tmp_path / "s"), "--batch", "1", "2", "--repeats", "1"])
+    runpy.run_path(str(REPO / "benchmarks/bench_distill_speed.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    for row in ("teacher NFE 16", "PD NFE 2", "flow map NFE 2", "flow map NFE 3", "batch 1: AR matched", "batch 2:"):
+        assert row in printed, row
 
     # a rerun trains nothing and samples nothing: every stage and score is read back
     import elfreg.distill
