@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
                    help="run the distillation study instead: a task where the teacher needs its steps, the teacher, "
                         "its PD and flow-map students over training seeds, each scored at NFE 2, 3, 5 and 16; writes "
                         "distill.md and distill.json; overrides are the study's (seeds=[0,1,2] samples=100 ...); "
-                        "--budget does not apply (docs/distill.md, about 7 minutes a seed on 2 cores)")
+                        "--budget does not apply (docs/distill.md; about 8 minutes a seed on 2 cores)")
     p.add_argument("--arms", default=None, metavar="A,B,...",
                    help="with --ablations: these arms only (ELF is always run: the baseline)")
     p.add_argument("--arm", action="append", default=[], metavar="'NAME=KIND key=value ...'",
