@@ -157,3 +157,21 @@ def test_the_command_refuses_bad_input_in_one_line(tmp_path):
         assert p.returncode == 2, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1 and "error" in p.stderr
         assert not (tmp_path / "o").exists()
+
+
+def test_scores_are_kept_beside_the_model_and_an_unreadable_file_is_scored_again(tmp_path, monkeypatch):
+    model = tmp_path / "pd" / "model"
+    model.mkdir(parents=True)
+    calls = []
+
+    def fake(model_dir, nfes, samples):
+        calls.append((model_dir, list(nfes), samples))
+        return {n: ["3"] * samples for n in nfes}
+
+    monkeypatch.setattr(study, "score", fake)
+    cfg = study.study_config(["nfes=[2,16]", "samples=3"])
+    (model.parent / "scores.json").write_text('{"key": ')          # torn or hand-edited
+    assert study.scored(model, cfg) == {2: ["3"] * 3, 16: ["3"] * 3} and len(calls) == 1
+    assert study.scored(model, cfg) == {2: ["3"] * 3, 16: ["3"] * 3} and len(calls) == 1   # read back
+    study.scored(model, study.study_config(["nfes=[2,16]", "samples=4"]))                     # other settings
+    assert len(calls) == 2

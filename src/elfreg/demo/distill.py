@@ -164,10 +164,12 @@ def scored(model_dir: Path, cfg: DistillDemo) -> dict[int, list[str | None]]:
     """``score`` kept beside the model (``scores.json``): a rerun reads it instead of sampling again."""
     path = model_dir.parent / "scores.json"
     key = {"nfes": cfg.nfes, "samples": cfg.samples, "sampler": "full-span", "grid": "uniform", "seed": 0}
-    if path.is_file():
+    try:
         saved = json.loads(path.read_text())
         if saved.get("key") == key:
             return {int(n): v for n, v in saved["verdicts"].items()}
+    except (OSError, ValueError, AttributeError, KeyError):   # none yet, or unreadable: score again
+        pass
     verdicts = score(model_dir, cfg.nfes, cfg.samples)
     atomic_write_text(path, dumps({"key": key, "verdicts": {str(n): v for n, v in verdicts.items()}}) + "\n")
     return verdicts
@@ -193,7 +195,7 @@ def stage_seconds(folder: Path) -> dict[str, float]:
 
 def cell(per_seed: dict[int, list[str | None]]) -> dict:
     """A cell over training seeds in the demo's form (``claims.compare``): mean, std, per-seed accuracy, each
-    sample's 0/1 per seed, and the distinct answers among the valid ones (mean over seeds)."""
+    sample's 0/1 per seed, and each seed's count of distinct answers among the valid ones."""
     seeds = sorted(per_seed)
     correct = [[int(v is not None) for v in per_seed[s]] for s in seeds]
     acc = [sum(c) / len(c) for c in correct]
