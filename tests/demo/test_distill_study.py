@@ -67,6 +67,11 @@ def test_the_shipped_configs_take_the_studys_overrides(tmp_path):
     assert pd.train.seed == fm.train.seed == 2
     # the flow map gets PD's optimiser steps, all rounds together
     assert fm.distill.steps_per_round == len(pd.distill.rounds) * pd.distill.steps_per_round
+    # ... as PD is run here: its own overrides count (rounds 2 -> 1, 7 steps each: 14 for the flow map)
+    short = study.study_config(["pd_overrides=['distill.rounds=[2,1]', 'distill.steps_per_round=7']"])
+    fm2 = load_distill_config(resolve_config("distill/demo"),
+                              study.distill_overrides(short, "flowmap", 2, tmp_path, False), method="flowmap")
+    assert fm2.distill.steps_per_round == 14
 
 
 def _cell(rows: list[list[int]]) -> dict:
@@ -86,7 +91,7 @@ def test_within_three_points_is_judged_against_the_moved_line():
     # the answers themselves too noisy for the gap: no number of training seeds decides it, and the note names the
     # study's own knob
     a, b = _cell([[1] * 50 + [0] * 50] * 2), _cell([[0] * 48 + [1] * 52] * 2)
-    outcome, _, needed, note = compare(a, b, 1, None, 0.0, "answers (samples)")
+    outcome, _, needed, note = compare(a, b, 1, None, 0.0, units="answers", knob="samples")
     assert (outcome, needed) == ("inconclusive", None) and "more answers (samples) would be needed" in note
     assert "task.n_test" in compare(a, b, 1, None)[3]
     c = _cell([[1, 0, 1, 1], [0, 0, 1, 1]])

@@ -109,11 +109,11 @@ class Claim:
 
 
 def compare(a: dict | None, b: dict | None, sign: int = 1, n_problems: int | None = None, against: float = 0.0,
-            problems: str = "test problems (task.n_test)") -> tuple[str, str, int | None, str]:
+            units: str = "test problems", knob: str = "task.n_test") -> tuple[str, str, int | None, str]:
     """Outcome of "b is above a" (sign=1) or "below a" (sign=-1), its evidence, and for an inconclusive outcome the
     training seeds that would decide it at the measured effect (``seeds_to_decide``) or why none would.
     ``against`` moves the line the difference is tested against: "b is at most 3 points below a" is sign=1,
-    against=-0.03. ``problems``: what the notes call the paired units and the setting that adds more of them.
+    against=-0.03. ``units``, ``knob``: what the notes call the paired units and the setting that adds more of them.
 
     "held" or "did not hold" only when the difference of the means exceeds twice its standard error. With
     per-problem results (``correct``) the error is paired over the problems (``_paired_se``); without them it is
@@ -145,8 +145,7 @@ def compare(a: dict | None, b: dict | None, sign: int = 1, n_problems: int | Non
             needed = seeds_to_decide(gap, parts[0], parts[2])
             if needed is None:
                 note = ("no effect measured" if abs(gap) < 1e-12 else
-                        f"the {problems.split(' (')[0]} alone leave a wider interval: more {problems} would be "
-                        "needed")
+                        f"the {units} alone leave a wider interval: more {units} ({knob}) would be needed")
     else:
         outcome = "held" if sign * gap > 0 else "did not hold"
     evidence = (f"{100 * b['mean']:.1f} vs {100 * a['mean']:.1f} ({100 * diff:+.1f} points, 2 s.e. {100 * margin:.1f}; "

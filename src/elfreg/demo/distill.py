@@ -30,15 +30,13 @@ from pathlib import Path
 from elfreg.atomic import atomic_write_text
 from elfreg.bounds import SEED, Range, check_ranges
 from elfreg.configtools import apply_overrides, check, from_dict
+from elfreg.demo.config import KINDS, VARIANTS
 from elfreg.jsontext import dumps
 
 PROMPT = "say one digit three times ?"
 ANSWER = re.compile(r"\s*(\d) (\d) (\d)\s*$")
 METHODS = ("pd", "flowmap")
 NAMES = {"teacher": "teacher", "pd": "PD", "flowmap": "flow map"}
-# each kind of teacher as overrides of its training config (the ELF-REG config's ELF: docs/training.md)
-STUDENTS = {"ELF-REG": [], "ELF": ["model.extra_token=none", "model.repa=false", "objective.use_repa=false",
-                                  "objective.use_reg=false"]}
 # the settings that make the models: a folder made under others is refused (seeds, methods, nfes and samples only
 # add folders or scores)
 MODEL_SETTINGS = ("rows", "teacher_steps", "width", "student", "teacher_config", "teacher_overrides", "pd_overrides",
@@ -73,7 +71,7 @@ class DistillDemo:
               "seeds", f"give distinct training seeds, e.g. [0, 1, 2]; got {self.seeds!r}")
         for s in self.seeds:
             SEED.check(s, "seeds")
-        check(self.student in STUDENTS, "student", f"choose from {list(STUDENTS)}; got {self.student!r}")
+        check(self.student in VARIANTS, "student", f"choose from {list(VARIANTS)}; got {self.student!r}")
         check(isinstance(self.methods, list) and len(self.methods) > 0 and set(self.methods) <= set(METHODS),
               "methods", f"choose from {list(METHODS)}; got {self.methods!r}")
         check(isinstance(self.nfes, list) and len(self.nfes) > 0 and 16 in self.nfes, "nfes",
@@ -128,22 +126,33 @@ def teacher_settings(cfg: DistillDemo, seed: int, data: Path, cache: Path, progr
             f"train.steps={cfg.teacher_steps}", f"train.seed={seed}", f"train.progress={str(progress).lower()}",
             f"data.cache_dir={cache}",
             f"data.sources=[{{name: repeat, task: math, path: {json.dumps(str(data))}, format: jsonl, "
-            "columns: {prompt: prompt, response: response, answer: answer}}]", *STUDENTS[cfg.student],
+            "columns: {prompt: prompt, response: response, answer: answer}}]", *kind_settings(cfg.student),
             *cfg.teacher_overrides]
 
 
+def kind_settings(kind: str) -> list[str]:
+    """The teacher's kind (the demo's ``KINDS``: its extra token and REPA; the objective uses what the model has)
+    as overrides of its training config."""
+    extra, repa = KINDS[kind]
+    return [f"model.extra_token={extra}", f"model.repa={str(repa).lower()}", f"objective.use_repa={str(repa).lower()}",
+            f"objective.use_reg={str(extra == 'reg').lower()}"]
+
+
 def distill_overrides(cfg: DistillDemo, method: str, seed: int, cache: Path, progress: bool) -> list[str]:
-    """``elfreg distill --config demo`` overrides: the seed, and for the flow map as many optimiser steps as PD's
-    rounds together (its steps cost about a training step each, PD's late rounds several: docs/distill.md)."""
+    """``elfreg distill --config demo`` overrides: the seed, and for the flow map the budget of PD's rounds together
+    (as run here, ``pd_overrides`` included; its steps cost about a training step each, PD's late rounds several:
+    docs/distill.md)."""
     from elfreg.configfiles import resolve_config
-    from elfreg.configtools import load_yaml
+    from elfreg.distill import load_distill_config
 
     own = [f"train.seed={seed}", f"train.progress={str(progress).lower()}", f"data.cache_dir={cache}"]
     if method == "pd":
         return own + list(cfg.pd_overrides)
-    preset = load_yaml(resolve_config("distill/demo"))["distill"]
-    return own + [f"distill.steps_per_round={len(preset['rounds']) * preset['steps_per_round']}"] + \
-        list(cfg.flowmap_overrides)
+    pd = load_distill_config(resolve_config("distill/demo"), own + list(cfg.pd_overrides), method="pd").distill
+    n = len(pd.rounds)
+    budget = (f"distill.steps_per_round={n * pd.steps_per_round}" if pd.steps_per_round is not None else
+              f"distill.epochs_per_round={n * pd.epochs_per_round}")
+    return own + [budget] + list(cfg.flowmap_overrides)
 
 
 def score(model_dir: Path, nfes: list[int], samples: int) -> dict[int, list[str | None]]:
@@ -273,7 +282,7 @@ def study_claims(results: dict, cfg: DistillDemo) -> list[tuple]:
                      at(m, lo), -0.03))
     if set(METHODS) <= set(cfg.methods):
         rows.append((f"the flow map at NFE {lo} above PD at NFE {lo}", at("pd", lo), at("flowmap", lo), 0.0))
-    return [(text, *compare(a, b, 1, None, against, "answers (samples)")) for text, a, b, against in rows]
+    return [(text, *compare(a, b, 1, None, against, units="answers", knob="samples")) for text, a, b, against in rows]
 
 
 def fmt(c: dict) -> str:
