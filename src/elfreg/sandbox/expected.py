@@ -1,10 +1,13 @@
 """Expected outputs: what the reference solutions answer, computed in the sandbox and cached (spec §6).
 
-The cache is a gzip JSONL file per benchmark data file (keyed by its sha256) under ``--cache-dir``
-(default ``ELFREG_CACHE_DIR`` or ``~/.cache/elfreg/eval``, never visible inside the sandbox). It is an answer key
-and it sets the time limits, so nothing in it is trusted as read: every row carries an HMAC-SHA256 under a key
-kept next to it (``key``, mode 0600, created by the first isolated run), and a row whose MAC does not verify is
-dropped and recomputed, with a warning naming the file. A program can rewrite the file only where it runs with
+The cache is a file of binary records per benchmark data file (keyed by its sha256) and Python version under
+``--cache-dir`` (default ``ELFREG_CACHE_DIR`` or ``~/.cache/elfreg/eval``, never visible inside the sandbox): per
+task its id and its row as ``marshal`` data, the test sets already prepared for the checks (a HumanEval+ scoring run
+reads them in a tenth of the time JSON and the preparation took). It is an answer key and it sets the time limits,
+so nothing in it is trusted as read: every record carries an HMAC-SHA256 under a key kept next to it (``key``, mode
+0600, created by the first isolated run) that is checked before its row is read (``marshal`` is not meant for
+untrusted bytes), and a record whose MAC does not verify is dropped and recomputed, with a warning naming the
+file. A program can rewrite the file only where it runs with
 the harness's rights, i.e. unisolated (``--isolation none`` without a uid drop); such a run therefore works on its
 own file and key (``…-unisolated``) and deletes the isolated runs' key before its first program and after its
 last, so whatever it could have written is recomputed by the next isolated run.
@@ -12,29 +15,37 @@ last, so whatever it could have written is recomputed by the next isolated run.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import hmac
-import json
 import logging
+import marshal
 import os
 import secrets
+import struct
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .codecheck import IOTests, OutputStream, ReplaySpec, encode_calls, encode_inputs, io_inputs, marshal_inputs, tail
+from .codecheck import (IOTests, OutputStream, ReplaySpec, encode_calls, encode_inputs, io_inputs, io_tails,
+                        marshal_inputs, tail)
 from .config import default_cache_root
 from .sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = "v7"  # bump when the cached row layout changes (v4: harness-measured times, MAC per row; v5:
+CACHE_FORMAT = "v8"  # bump when the cached row layout changes (v4: harness-measured times, MAC per row; v5:
 # digests write numbers by value, the reference's load time per test set; v6: digests write long strings as bytes;
-# v7: each line is its MAC, a space, the row's JSON, the MAC over those bytes)
+# v7: each line is its MAC, a space, the row's JSON, the MAC over those bytes; v8: binary records, marshal rows
+# with the prepared test sets (io_parts, the calls' text and tails): what those compute is part of the format)
 _ISOLATED_KEY = "key"
+# A record: the MAC (HMAC-SHA256, 32 bytes), the task id's and the row's byte counts, the id (UTF-8), the row
+# (marshal). The MAC covers the file's name, the counts, the id and the row.
+_MAC_SIZE = 32
+_COUNTS = struct.Struct("<HQ")
+_PYTHON = "py%d%d" % sys.version_info[:2]  # marshal data is only promised to read back in the same version
 
 
 def revoke_isolated_key(cache_dir: str | Path | None = None) -> None:
@@ -75,14 +86,6 @@ def _load_key(path: Path) -> bytes:
     return bytes.fromhex(path.read_text().strip())
 
 
-def _named(body: bytes, n: int) -> str:
-    """A rejected cache line, for the warning: its (unverified) task id where one can be read, else its number."""
-    try:
-        return str(json.loads(body)["task_id"])[:40]
-    except (ValueError, KeyError, TypeError):
-        return f"line {n}"
-
-
 @dataclass(frozen=True)
 class OriginalTests:
     """A task's original tests as a tested program meets them: the recorded calls and the reference's answers."""
@@ -108,34 +111,56 @@ class ExpectedOutputs:
         self.benchmark, self.sandbox, self.workers = benchmark, sandbox, workers
         self.root = Path(cache_dir) if cache_dir else default_cache_root()
         tag = "" if sandbox.isolation.isolated else "-unisolated"
-        self.path = self.root / f"{benchmark.name}-{benchmark.source_sha256[:16]}-expected-{CACHE_FORMAT}{tag}.jsonl.gz"
+        self.path = self.root / (f"{benchmark.name}-{benchmark.source_sha256[:16]}-expected-{CACHE_FORMAT}-{_PYTHON}"
+                                 f"{tag}.bin")
         self.key_path = self.root / (_ISOLATED_KEY + tag)
         self.table: dict[str, dict] = {}
         self._prepared: dict[str, object] = {}
         self._lock = threading.Lock()
 
-    def _mac(self, key: bytes, body: bytes) -> bytes:
-        """A cache line's MAC (hex): over the file's name (format and data file) and the row's JSON bytes as written,
-        so checking a row needs no parse or re-serialisation of it (30 MB of JSON for HumanEval+)."""
-        return hmac.new(key, self.path.name.encode() + b"\0" + body, hashlib.sha256).hexdigest().encode()
+    def _mac(self, key: bytes, *parts) -> bytes:
+        """A record's MAC: over the file's name (format, data file, Python) and ``parts`` (the record's counts, task id
+        and row bytes as written), so checking a row needs no parse of it."""
+        mac = hmac.new(key, self.path.name.encode() + b"\0", hashlib.sha256)
+        for part in parts:
+            mac.update(part)
+        return mac.digest()
+
+    def record(self, key: bytes, task_id: str, row: dict) -> bytes:
+        """A row as a cache record: its MAC, the id's and the row's byte counts, the id, the row (``marshal``)."""
+        tid, body = task_id.encode(), marshal.dumps(row, 4)
+        counts = _COUNTS.pack(len(tid), len(body))
+        return self._mac(key, counts, tid, body) + counts + tid + body
 
     def _read(self, key: bytes) -> None:
-        bad: list[str] = []
         try:
-            with gzip.open(self.path, "rb") as f:
-                for n, line in enumerate(f, 1):
-                    mac, _, body = line.rstrip(b"\n").partition(b" ")  # a line: MAC, a space, the row's JSON
-                    if hmac.compare_digest(mac, self._mac(key, body)):
-                        row = json.loads(body)
-                        self.table[row.pop("task_id")] = row
-                    else:
-                        bad.append(_named(body, n))
+            data = self.path.read_bytes()
         except FileNotFoundError:
             return
-        except (OSError, EOFError, ValueError, KeyError, AttributeError, TypeError) as e:
+        except OSError as e:
             log.warning("%s: unreadable (%s); recomputing its expected outputs", self.path, type(e).__name__)
-            self.table.clear()
             return
+        view, at, bad = memoryview(data), 0, []
+        while at < len(data):
+            head = at + _MAC_SIZE + _COUNTS.size
+            end = head + sum(_COUNTS.unpack_from(data, at + _MAC_SIZE)) if head <= len(data) else head
+            if end > len(data):  # cut short (or a count was changed): what verified before it stays
+                log.warning("%s: truncated at byte %d; recomputing its expected outputs from there", self.path, at)
+                break
+            n_id = _COUNTS.unpack_from(data, at + _MAC_SIZE)[0]
+            tid, body = view[head:head + n_id], view[head + n_id:end]
+            name = bytes(tid).decode("utf-8", "replace")
+            row = None
+            if hmac.compare_digest(view[at:at + _MAC_SIZE], self._mac(key, view[at + _MAC_SIZE:head], tid, body)):
+                try:
+                    row = marshal.loads(body)  # only bytes this harness signed reach marshal
+                except (ValueError, EOFError, TypeError):
+                    pass
+            if isinstance(row, dict):
+                self.table[name] = row
+            else:
+                bad.append(name[:40] or f"byte {at}")
+            at = end
         if bad:
             log.warning("%s: %d cached row(s) fail their integrity check (e.g. %s); recomputing them", self.path,
                         len(bad), ", ".join(bad[:3]))
@@ -159,10 +184,9 @@ class ExpectedOutputs:
         for p, row in zip(todo, rows):
             self.table[p.task_id] = row
         tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}")
-        with gzip.open(tmp, "wb") as f:
+        with open(tmp, "wb") as f:
             for tid, row in self.table.items():
-                body = json.dumps({"task_id": tid, **row}).encode()
-                f.write(self._mac(key, body) + b" " + body + b"\n")
+                f.write(self.record(key, tid, row))
         os.replace(tmp, self.path)  # atomic: a crash never leaves a half cache
         return self
 
@@ -182,8 +206,7 @@ class ExpectedOutputs:
         if got is None:
             row = self.table[p.task_id]
             got = OriginalTests(ReplaySpec.from_problem(p), row["calls"], row["outputs"], row["ref_time"],
-                                row.get("check_time", 0.0), encode_calls(row["calls"]),
-                                [tail(o) for o in row["outputs"]])
+                                row.get("check_time", 0.0), row["calls_text"], row["tails"])
             with self._lock:
                 self._prepared[p.task_id] = got
         return got
@@ -196,8 +219,8 @@ class ExpectedOutputs:
         if got is None:
             row = self.table[p.task_id]
             inputs = {"base": p.base_inputs or [], "plus": p.plus_inputs or []}
-            got = [IOTests.build(s, inputs[s], row[f"{s}_inputs"], row[s], p.entry_point or "", row[f"{s}_load"])
-                   for s in splits]
+            got = [IOTests.build(s, inputs[s], row[f"{s}_inputs"], row[s], p.entry_point or "", row[f"{s}_load"],
+                                 (row[f"{s}_tails"], row[f"{s}_marshal"])) for s in splits]
             with self._lock:
                 self._prepared[key] = got
         return got
@@ -209,9 +232,13 @@ class ExpectedOutputs:
             row.update(self._record(p))
         for split, inputs in (("base", p.base_inputs), ("plus", p.plus_inputs)):
             if inputs is not None:
-                # the inputs' payload text is kept too: encoding them again for every run costs seconds
+                # the inputs' payload text and marshal data are kept too: preparing them again for every run, or
+                # every scoring run, costs seconds
                 row[f"{split}_inputs"] = text = encode_inputs(inputs)
-                row[split], row[f"{split}_load"] = self._reference_outputs(p, text, len(inputs)) if inputs else ([], 0.0)
+                row[f"{split}_marshal"] = data = marshal_inputs(text)
+                row[split], row[f"{split}_load"] = \
+                    self._reference_outputs(p, text, data, len(inputs)) if inputs else ([], 0.0)
+                row[f"{split}_tails"] = io_tails(row[split])
         return row
 
     def _record(self, p) -> dict:
@@ -234,14 +261,15 @@ class ExpectedOutputs:
                                deadline_s=300.0)
         if not (chk.stream.passed() and chk.stream.last.get("calls") == len(calls)):
             raise RuntimeError(f"{fail}: the replayed tests fail on its own outputs: {chk.stream.failure()}")
-        return {"calls": calls, "outputs": stream.got, "ref_time": out.wall_s, "check_time": time.monotonic() - t0}
+        return {"calls": calls, "outputs": stream.got, "ref_time": out.wall_s, "check_time": time.monotonic() - t0,
+                "calls_text": encode_calls(calls), "tails": [tail(o) for o in stream.got]}
 
-    def _reference_outputs(self, p, inputs_text: str, n: int) -> tuple[list, float]:
+    def _reference_outputs(self, p, inputs_text: str, inputs_marshal: bytes | None, n: int) -> tuple[list, float]:
         """The reference's output per input with its time on the harness's clock (from the previous record), and its
         load time (from the run's start to ``ready``)."""
         stream = _ReferenceStream(n)
         payload = {"mode": "io", "program": p.reference, "entry_point": p.entry_point,
-                   **io_inputs([(inputs_text[1:-1], marshal_inputs(inputs_text))])}
+                   **io_inputs([(inputs_text[1:-1], inputs_marshal)])}
         self.sandbox.run(payload, deadline_s=1800.0, stream=stream)
         if len(stream.got) != n or stream.violation or stream.stopped:
             raise RuntimeError(f"{self.benchmark.name} {p.task_id}: reference solution failed on an input "
