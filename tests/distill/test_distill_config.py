@@ -33,9 +33,10 @@ def test_the_flow_maps_target_weights_are_online_or_ema():
         DistillConfig(target_weights="teacher")
 
 
-def test_fsdp_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match="train.parallel.*DDP only"):
-        load_distill_config(None, ["train.parallel=fsdp"])
+def test_both_parallel_modes_are_accepted_and_others_refused_in_one_line():
+    assert load_distill_config(None, ["train.parallel=fsdp"]).train.parallel == "fsdp"
+    with pytest.raises(ConfigError, match="train.parallel"):
+        load_distill_config(None, ["train.parallel=zero3"])
 
 
 def test_the_budget_is_given_once_and_per_round():

@@ -1,4 +1,5 @@
-"""Distillation on 2 processes (CPU, gloo, DDP): the same student as one process with the same global batch."""
+"""Distillation on 2 processes (CPU, gloo, DDP and FSDP2): the same student as one process with the same global
+batch."""
 
 import json
 import socket
@@ -21,7 +22,7 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method, parallel", [("pd", "ddp"), ("flowmap", "ddp")])
+@pytest.mark.parametrize("method, parallel", [("pd", "ddp"), ("flowmap", "ddp"), ("pd", "fsdp"), ("flowmap", "fsdp")])
 def test_two_ranks_match_single_process(tmp_path, tiny_lm_dir, method, parallel):
     teacher = str(train_teacher(tmp_path / "teacher", tiny_lm_dir))
     # fp32 and the reference Muon (fp32 Newton-Schulz): reduction-order differences stay at rounding level. Half the

@@ -114,10 +114,6 @@ class DistillRunConfig:
     def __post_init__(self) -> None:
         check(self.train.steps is None and self.train.epochs is None, "train.steps",
               "a distillation run's length is per round: set distill.epochs_per_round or distill.steps_per_round")
-        # FSDP's sharded parameters do not yet survive the distillation loss's extra student passes (a backward
-        # error on 2 CPU processes); DDP holds an L student, its EMA and the frozen teacher on one 80 GB GPU
-        check(self.train.parallel == "ddp", "train.parallel",
-              "elfreg distill runs under DDP only (FSDP is not supported yet); set train.parallel=ddp")
 
 
 def teacher_run_config(teacher: str | Path) -> Path | None:

@@ -83,7 +83,9 @@ def wrap(student: nn.Module, parallel: str, info: DistInfo, device: torch.device
     # passes run on some ranks only (data-dependent), so per-forward all-gathers would not match across ranks.
     for block in student.blocks:
         fully_shard(block, reshard_after_forward=False)
-    if student.repa_projector is not None:  # called outside the student's forward
+    # Called outside the student's forward, by the training objective only: a unit of its own there. A distillation
+    # loss never calls it, and a unit that never runs stays sharded through the step, outside the sink.
+    if student.repa_projector is not None and loss is None:
         fully_shard(student.repa_projector, reshard_after_forward=False)
     fully_shard(student, reshard_after_forward=False)
     return module
