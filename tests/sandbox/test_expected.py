@@ -104,8 +104,8 @@ def test_a_cut_short_cache_keeps_the_rows_before_the_cut(tmp_path, caplog):
 
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_the_cached_test_sets_are_what_the_checks_would_prepare(name, tmp_path):
-    """The cache keeps each task's prepared checks (tails, marshal inputs, the calls' text): read back, they equal
-    what the checks compute from the rows themselves."""
+    """The cache keeps parts of each task's checks (the inputs' marshal form, the calls' text and tails): read back,
+    the checks equal those computed from the rows themselves."""
     from elfreg.sandbox.codecheck import IOTests, encode_calls, tail
 
     bench = load_benchmark(name)

@@ -253,6 +253,9 @@ def run_tests(sandbox: Sandbox, program: str, tests, rule: TimeRule) -> CheckRes
     return CheckResult("fail", "the checker gave no verdict" + (" (timeout)" if r.timed_out else ""))
 
 
+TO_COMPUTE = object()  # IOTests.build: compute this part
+
+
 @dataclass(frozen=True)
 class IOTests:
     """One differential test set of a task, prepared once: inputs (values and payload text), expected records."""
@@ -267,19 +270,13 @@ class IOTests:
 
     @classmethod
     def build(cls, name: str, inputs: list, inputs_text: str, expected: list, entry_point: str,
-              load: float = 0.0, parts: tuple[list, bytes | None] | None = None) -> "IOTests":
-        """``inputs_text``: :func:`encode_inputs` of ``inputs``; ``parts``: :func:`io_tails` of ``expected`` and
-        :func:`marshal_inputs` of the text where already computed (the expected-output cache keeps them)."""
-        tails, data = parts if parts is not None else (io_tails(expected), marshal_inputs(inputs_text))
-        if entry_point in SPECIAL_ORACLES:  # the oracle decides every output of these
-            tails = [None] * len(expected)
+              load: float = 0.0, inputs_marshal: bytes | None | object = TO_COMPUTE) -> "IOTests":
+        """``inputs_text``: :func:`encode_inputs` of ``inputs``; ``inputs_marshal``: :func:`marshal_inputs` of it,
+        where already computed (the expected-output cache keeps it)."""
+        special = entry_point in SPECIAL_ORACLES
+        tails = [None if special or _needs_oracle(e) else tail(e) for e in expected]
+        data = marshal_inputs(inputs_text) if inputs_marshal is TO_COMPUTE else inputs_marshal
         return cls(name, inputs, inputs_text[1:-1], expected, tails, load, data)
-
-
-def io_tails(expected: list) -> list:
-    """Each expected output's identical-record tail (:func:`tail`), None where an oracle decides: computed once, and
-    cached with the expected outputs."""
-    return [None if _needs_oracle(e) else tail(e) for e in expected]
 
 
 def encode_inputs(inputs: list) -> str:

@@ -2,8 +2,8 @@
 
 The cache is a file of binary records per benchmark data file (keyed by its sha256) and Python version under
 ``--cache-dir`` (default ``ELFREG_CACHE_DIR`` or ``~/.cache/elfreg/eval``, never visible inside the sandbox): per
-task its id and its row as ``marshal`` data, the test sets already prepared for the checks (a HumanEval+ scoring run
-reads them in a tenth of the time JSON and the preparation took). It is an answer key and it sets the time limits,
+task its id and its row as ``marshal`` data, with the inputs' marshal form and the original tests' payload already
+made (a HumanEval+ scoring run reads and prepares its test sets in about half the CPU time it took from JSON). It is an answer key and it sets the time limits,
 so nothing in it is trusted as read: every record carries an HMAC-SHA256 under a key kept next to it (``key``, mode
 0600, created by the first isolated run) that is checked before its row is read (``marshal`` is not meant for
 untrusted bytes), and a record whose MAC does not verify is dropped and recomputed, with a warning naming the
@@ -29,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from .codecheck import (IOTests, OutputStream, ReplaySpec, encode_calls, encode_inputs, io_inputs, io_tails,
-                        marshal_inputs, tail)
+from .codecheck import (IOTests, OutputStream, ReplaySpec, encode_calls, encode_inputs, io_inputs, marshal_inputs,
+                        tail)
 from .config import default_cache_root
 from .sandbox import Sandbox
 
@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 CACHE_FORMAT = "v8"  # bump when the cached row layout changes (v4: harness-measured times, MAC per row; v5:
 # digests write numbers by value, the reference's load time per test set; v6: digests write long strings as bytes;
 # v7: each line is its MAC, a space, the row's JSON, the MAC over those bytes; v8: binary records, marshal rows
-# with the prepared test sets (io_parts, the calls' text and tails): what those compute is part of the format)
+# with the inputs' marshal data and the original tests' calls text and tails: what computes those is part of the
+# format)
 _ISOLATED_KEY = "key"
 # A record: the MAC (HMAC-SHA256, 32 bytes), the task id's and the row's byte counts, the id (UTF-8), the row
 # (marshal). The MAC covers the file's name, the counts, the id and the row.
@@ -220,7 +221,7 @@ class ExpectedOutputs:
             row = self.table[p.task_id]
             inputs = {"base": p.base_inputs or [], "plus": p.plus_inputs or []}
             got = [IOTests.build(s, inputs[s], row[f"{s}_inputs"], row[s], p.entry_point or "", row[f"{s}_load"],
-                                 (row[f"{s}_tails"], row[f"{s}_marshal"])) for s in splits]
+                                 row[f"{s}_marshal"]) for s in splits]
             with self._lock:
                 self._prepared[key] = got
         return got
@@ -238,7 +239,6 @@ class ExpectedOutputs:
                 row[f"{split}_marshal"] = data = marshal_inputs(text)
                 row[split], row[f"{split}_load"] = \
                     self._reference_outputs(p, text, data, len(inputs)) if inputs else ([], 0.0)
-                row[f"{split}_tails"] = io_tails(row[split])
         return row
 
     def _record(self, p) -> dict:
