@@ -39,6 +39,25 @@ def held_jsonl(tmp_path):
     return path
 
 
+@pytest.mark.parametrize("every_s, drawn_at", [(60.0, [1, "end"]), (0.0, [1, 2, 3, 4, "end"])])
+def test_the_curve_is_drawn_at_the_first_checkpoint_then_at_most_every_plot_every_s(tmp_path, tiny_lm_dir, sums_jsonl,
+                                                                                   monkeypatch, every_s, drawn_at):
+    import elfreg.train.metrics as metrics
+    import elfreg.train.trainer as trainer
+
+    steps, drawn = [0], []
+    monkeypatch.setattr(trainer, "PLOT_EVERY_S", every_s)
+    monkeypatch.setattr(metrics, "plot_learning_curve", lambda out: drawn.append(steps[0]))
+
+    def at(step):
+        steps[0] = step
+
+    train(cfg(tiny_lm_dir, sums_jsonl, **{"train.steps": 4, "train.save_every": 1}), tmp_path / "run",
+          hooks=[at])
+    # the hooks run after a step's checkpoint: a drawing at step k's checkpoint is recorded under k - 1
+    assert [d + 1 for d in drawn[:-1]] + ["end"] == drawn_at
+
+
 def test_validation_is_scored_at_exactly_the_asked_steps(tmp_path, tiny_lm_dir, sums_jsonl, held_jsonl):
     curves = []
 

@@ -46,6 +46,7 @@ from elfreg.train.setup import (check_backbones, count_rows, match_backbones, ne
 
 SUM_TERMS = ("loss", "loss_elf", "loss_repa", "loss_reg")  # global-count contributions: summed
 MEAN_TERMS = ("l2", "ce", "decoder_frac")  # per-batch diagnostics: averaged
+PLOT_EVERY_S = 60.0  # learning_curve.png: drawn at a checkpoint at most this often (and always at the end)
 
 
 class TrainingDiverged(RuntimeError):
@@ -76,6 +77,7 @@ class Trainer(Checkpointing):
         self.device = resolve_device(cfg.train.device, self.info)
         self.output = Path(output)
         self.hooks = list(hooks)
+        self._plotted_at: float | None = None  # when learning_curve.png was last drawn (time.monotonic)
         self.progress_desc = "train"  # the progress bar's label (runs side by side name theirs)
         tc = cfg.train
         world = self.info.world_size
@@ -460,7 +462,7 @@ class Trainer(Checkpointing):
                     self.check_overflow(metrics)
                 if checkpoint:
                     last_ckpt, saved_step = self.save(step) or last_ckpt, step
-                    self._plot()
+                    self._plot(final=False)
                 for hook in self.hooks:
                     hook(step)
             if saved_step != step:
@@ -483,15 +485,21 @@ class Trainer(Checkpointing):
             self.elf.save_pretrained(model_dir, ema, training=training)
             atomic_write_text(self.output / "summary.json", dumps(summary, indent=2))
         self.check_overflow(summary)
-        self._plot()
+        self._plot(final=True)
         return TrainResult(step, self.output, model_dir, last_ckpt, history, summary)
 
-    def _plot(self) -> None:
-        """learning_curve.png from metrics.jsonl (main rank): at every checkpoint and at the end."""
-        if self.info.is_main:
+    def _plot(self, final: bool) -> None:
+        """learning_curve.png from metrics.jsonl (main rank): at the end, at the run's first checkpoint, and at a later
+        one when PLOT_EVERY_S have passed since the last drawing (a drawing costs about half a second: on a short
+        CPU run that saves every few seconds, drawing at each checkpoint took 3 % of the run)."""
+        if not self.info.is_main:
+            return
+        now = time.monotonic()
+        if final or self._plotted_at is None or now - self._plotted_at >= PLOT_EVERY_S:
             from elfreg.train.metrics import plot_learning_curve
 
             plot_learning_curve(self.output)
+            self._plotted_at = now
 
 
 def train(cfg: RunConfig, output: str | Path, resume: str = "auto", backbones=None,
