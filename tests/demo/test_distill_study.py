@@ -108,7 +108,16 @@ def test_a_tiny_study_runs_reports_and_resumes_without_training(tmp_path, tiny_l
             f"flowmap_overrides={json.dumps(SMALL + ['distill.steps_per_round=2'])}"]
     cfg = study.study_config(over)
     lines: list[str] = []
+    import elfreg.backbones
+
+    loads = []
+    real = elfreg.backbones.Backbones
+    monkeypatch.setattr(elfreg.backbones, "Backbones", lambda *a, **k: loads.append(k) or real(*a, **k))
     res = study.run_study(cfg, tmp_path / "s", progress=False, log=lines.append)
+    # the frozen networks of the six trainings (encoder and REG teacher) are loaded once; each scored model loads
+    # its own encoder for sampling
+    assert [k["need_teacher"] for k in loads].count(True) == 1
+    monkeypatch.setattr(elfreg.backbones, "Backbones", real)
     assert set(res["cells"]) == {"teacher", "pd", "flowmap"}
     for model in res["cells"].values():
         assert set(model) == {"2", "16"}

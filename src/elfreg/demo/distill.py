@@ -228,15 +228,30 @@ def run_study(cfg: DistillDemo, out: str | Path, progress: bool = True, log=prin
     models = ["teacher", *cfg.methods]
     verdicts: dict[str, dict[int, dict[int, list]]] = {m: {} for m in models}
     seconds: dict[str, dict[int, float]] = {m: {} for m in models}
+    loaded: dict[bool, object] = {}
+
+    def backbones(run):
+        """The frozen networks of ``run``'s kind, loaded once for every run of the study (a load takes seconds)."""
+        from elfreg.backbones import Backbones
+        from elfreg.train.dist import init_distributed, resolve_device
+        from elfreg.train.setup import need_teacher
+
+        need = need_teacher(run)
+        if need not in loaded:
+            loaded[need] = Backbones(run.backbones, resolve_device(run.train.device, init_distributed()),
+                                     need_teacher=need)
+        return loaded[need]
+
     for seed in cfg.seeds:
         folder = out / f"seed-{seed}"
         teacher = folder / "teacher"
         paths = {"teacher": teacher / "model"}
+        teacher_run = load_run_config(resolve_config(cfg.teacher_config),
+                                      teacher_settings(cfg, seed, data, cache, progress))
         if not (teacher / "summary.json").is_file():
             log(f"seed {seed}: training the teacher ({cfg.teacher_steps} steps)")
             with timed(folder, "teacher"):
-                train(load_run_config(resolve_config(cfg.teacher_config),
-                                      teacher_settings(cfg, seed, data, cache, progress)), teacher)
+                train(teacher_run, teacher, backbones=backbones(teacher_run))
         for method in cfg.methods:
             target = folder / method
             paths[method] = target / "model"
@@ -246,7 +261,9 @@ def run_study(cfg: DistillDemo, out: str | Path, progress: bool = True, log=prin
                                           distill_overrides(cfg, method, seed, cache, progress),
                                           teacher=paths["teacher"], method=method)
                 with timed(folder, method):
-                    distill(paths["teacher"], target, run)
+                    # the teacher's networks: its distillation needs the same encoder, and the REG teacher only
+                    # where the teacher's training did
+                    distill(paths["teacher"], target, run, backbones=backbones(teacher_run))
         took = stage_seconds(folder)
         for name in models:
             if name in took:
