@@ -3,11 +3,11 @@
 The cache is a file of binary records per benchmark data file (keyed by its sha256) and Python version under
 ``--cache-dir`` (default ``ELFREG_CACHE_DIR`` or ``~/.cache/elfreg/eval``, never visible inside the sandbox): per
 task its id and its row as ``marshal`` data, with the inputs' marshal form and the original tests' payload already
-made (a HumanEval+ scoring run reads and prepares its test sets in about half the CPU time it took from JSON). It is an answer key and it sets the time limits,
-so nothing in it is trusted as read: every record carries an HMAC-SHA256 under a key kept next to it (``key``, mode
-0600, created by the first isolated run) that is checked before its row is read (``marshal`` is not meant for
-untrusted bytes), and a record whose MAC does not verify is dropped and recomputed, with a warning naming the
-file. A program can rewrite the file only where it runs with
+made (a HumanEval+ scoring run reads and prepares its test sets in about a third of the CPU time it took from JSON).
+It is an answer key and it sets the time limits, so nothing in it is trusted as read: every record carries an
+HMAC-SHA256 under a key kept next to it (``key``, mode 0600, created by the first isolated run) that is checked
+before its row is read (``marshal`` is not meant for untrusted bytes), and a record whose MAC does not verify is
+dropped and recomputed, with a warning naming the file. A program can rewrite the file only where it runs with
 the harness's rights, i.e. unisolated (``--isolation none`` without a uid drop); such a run therefore works on its
 own file and key (``…-unisolated``) and deletes the isolated runs' key before its first program and after its
 last, so whatever it could have written is recomputed by the next isolated run.
@@ -144,11 +144,11 @@ class ExpectedOutputs:
         view, at, bad = memoryview(data), 0, []
         while at < len(data):
             head = at + _MAC_SIZE + _COUNTS.size
-            end = head + sum(_COUNTS.unpack_from(data, at + _MAC_SIZE)) if head <= len(data) else head
+            n_id, n_row = _COUNTS.unpack_from(data, at + _MAC_SIZE) if head <= len(data) else (0, 0)
+            end = head + n_id + n_row
             if end > len(data):  # cut short (or a count was changed): what verified before it stays
                 log.warning("%s: truncated at byte %d; recomputing its expected outputs from there", self.path, at)
                 break
-            n_id = _COUNTS.unpack_from(data, at + _MAC_SIZE)[0]
             tid, body = view[head:head + n_id], view[head + n_id:end]
             name = bytes(tid).decode("utf-8", "replace")
             row = None
