@@ -148,6 +148,7 @@ def training_record(run_config: dict, steps: int, progress: dict, losses: list[f
             "sources": [_portable_source(s) for s in data.get("sources", [])],
             "config": _portable_config(run_config),
             "validation": validation,
+            "time_budget": progress.get("time_budget"),
             "elfreg_version": __version__}
 
 
@@ -236,6 +237,13 @@ def _training_lines(training: dict | None) -> list[str]:
              f"- **Final training loss**: {fmt(t.get('final_loss'), '.4g')} (the mean over the last "
              f"{fmt(t.get('final_loss_steps'))} steps, as `elfreg train` printed it).",
              f"- **elfreg**: {fmt(t.get('elfreg_version'))}."]
+    tb = t.get("time_budget")
+    if tb:
+        lines.insert(1, f"- **Length from a time budget** (`train.minutes` = {fmt(tb.get('minutes'), 'g')}): as many "
+                        f"steps as fit on the machine that trained it, at most {fmt(tb.get('cap'), ',')}; decided at "
+                        f"step {fmt(tb.get('decided_at_step'), ',')} from {fmt(tb.get('step_s'), '.3f')} s a step "
+                        f"({fmt(tb.get('elapsed_s'), '.0f')} s spent by then). Another machine would train another "
+                        f"number of steps.")
     for s in t.get("sources", []):
         where = (f"Hub dataset {md_text(s['hub_id'])}" if s.get("hub_id")
                  else f"local file {md_text(s.get('file') or _local_name(s.get('path')) or '?')}")

@@ -52,7 +52,7 @@ def test_the_shipped_configs_take_the_studys_overrides(tmp_path):
     data = study.write_data(tmp_path, cfg)
     run = load_run_config(resolve_config(cfg.teacher_config),
                           study.teacher_settings(cfg, 2, data, tmp_path / "c", False))
-    assert (run.model.width, run.train.steps, run.train.seed) == (64, 800, 2)
+    assert (run.model.width, run.train.steps, run.train.minutes, run.train.seed) == (64, 800, None, 2)
     assert (run.model.extra_token, run.objective.use_reg) == ("reg", True)
     elf = load_run_config(resolve_config(cfg.teacher_config), study.teacher_settings(
         study.study_config(["student=ELF"]), 2, data, tmp_path / "c", False))

@@ -92,7 +92,8 @@ def test_bad_values_name_the_field(tmp_path):
 def test_small_cpu_is_the_demos_recipe_with_a_wider_student():
     """configs/small-cpu.yaml carries the demo's student, backbone layers and training settings (one recipe: a
     change to the demo's that is not made here fails), with cached features and the restricted head; it differs
-    where one run on 2 cores is not the demo's six: width 128, 1,200 steps (docs/training.md)."""
+    where one run on 2 cores is not the demo's six: width 128, as many steps as fit 9 minutes, at most 4,800
+    (docs/training.md)."""
     from dataclasses import asdict
 
     from elfreg.demo.config import DemoBackbones, DemoStudent, DemoTrain
@@ -108,6 +109,6 @@ def test_small_cpu_is_the_demos_recipe_with_a_wider_student():
     for key, value in asdict(t).items():
         if key not in DEMO_ONLY + ("seeds", "log_every", "save_every", "steps", "grad_share_every"):
             assert getattr(cfg.train, key) == value, key
-    assert (cfg.train.steps, t.steps) == (1200, 1100)
+    assert (cfg.train.minutes, cfg.train.steps, t.steps) == (9, 4800, 1100)
     assert cfg.model.extra_token == "reg" and cfg.objective.use_reg and cfg.objective.use_repa
     assert cfg.data.features == "cached" and cfg.train.head_vocab == "responses"

@@ -227,3 +227,16 @@ def test_hub_probe_is_short_and_local_sources_need_no_hub(monkeypatch, tiny_lm_d
     # a run whose encoder and data are local never probes
     cfg = load_run_config(REPO / "configs/tiny-smoke.yaml", tiny_overrides(tiny_lm_dir, sums_jsonl))
     assert check_sources(cfg, probe=lambda: pytest.fail("probed the hub for a local run")) is False
+
+
+def test_a_time_budget_plans_its_cap_as_at_most():
+    """configs/small-cpu.yaml trains as many steps as fit train.minutes: the plan says its steps, epochs and tokens
+    are a cap, not the run's length."""
+    cfg = load_run_config(REPO / "configs/small-cpu.yaml")
+    plan = make_plan(cfg, RowLengths(np.full(1000, 20), np.full(1000, 27), rows_read=1000))
+    assert plan.minutes == 9 and plan.steps == 4800
+    text = format_plan(plan)
+    assert "at most 4,800 (as many as fit 9 minutes: train.minutes)" in text
+    assert "at most 153.6" in text   # epochs: 4,800 x 32 / 1,000
+    assert "at most" not in format_plan(make_plan(load_run_config(REPO / "configs/tiny-smoke.yaml"),
+                                                  RowLengths(np.full(10, 5), np.full(10, 5), rows_read=10)))

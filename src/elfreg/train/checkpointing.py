@@ -81,7 +81,10 @@ class Checkpointing:
         losses = [h["loss"] for h in getattr(self, "_history", [])]
         last = getattr(self, "last_validation", None)
         validation = self.validation.record(last) if last is not None else None
-        return training_record(to_dict(self.cfg), step, {"planned_steps": self.total_steps, **self.progress(step)},
+        budget = getattr(self, "budget", None)
+        progress = {"planned_steps": self.total_steps, **self.progress(step),
+                    "time_budget": budget.summary() if budget is not None and budget.steps is not None else None}
+        return training_record(to_dict(self.cfg), step, progress,
                                losses, self.info.world_size, self.precision.choice, self.example_prompt(),
                                validation)
 
@@ -125,6 +128,8 @@ class Checkpointing:
             dtype = next(iter(self.student.state_dict().values())).dtype
             state = {"step": step, "world_size": info.world_size, "data": data_states, "rng": ck.rng_state(),
                      "tokens": int(self.state.get("tokens", 0))}
+            if getattr(self, "budget", None) is not None:   # train.minutes: seconds spent, the decided length
+                state["budget"] = self.budget.state()
 
             def write_model(folder: Path) -> None:
                 self.elf.save_pretrained(folder, {k: v.to(dtype) for k, v in ema.items()}, training=training)

@@ -21,7 +21,7 @@ EPOCHS = Range(0, 1e6, lo_open=True)
 # memory estimate's call (elfreg.resources.training_need)
 ROWS = Range(1, 2 ** 24, integer=True)
 TRAIN_RANGES = {
-    "seed": SEED, "steps": COUNT, "epochs": EPOCHS, "batch_size": ROWS, "grad_accum": Range(1, 2 ** 16, integer=True),
+    "seed": SEED, "steps": COUNT, "epochs": EPOCHS, "minutes": Range(0, 1e6, lo_open=True), "batch_size": ROWS, "grad_accum": Range(1, 2 ** 16, integer=True),
     "lr": Range(0, 10, lo_open=True), "warmup_steps": Range(0, None, integer=True), "warmup_epochs": Range(0, 1e6),
     "min_lr_ratio": UNIT, "decay_fraction": Range(0, 1, lo_open=True), "clip_grad": Range(0, 1e6),
     "ema_decay": BETA, "muon_momentum": BETA, "muon_lr": Range(0, 10, lo_open=True), "adam_beta1": BETA,
@@ -47,6 +47,12 @@ class TrainConfig:
     # the rows that fit the canvas: steps = ceil(epochs × rows / (batch_size × grad_accum)) (elfreg.train.plan).
     steps: int | None = None  # optimiser steps (the run also ends when the data runs out)
     epochs: float | None = None  # fractional allowed (7.5)
+    # A wall-clock budget instead of a fixed length: as many steps as fit this many minutes on this machine (counted
+    # from the run's start, loading the backbones and building the feature cache included), at most train.steps;
+    # decided once from the run's own step and checkpoint times at its first checkpoint (elfreg.train.budget).
+    # Not the paper's recipe: for CPU runs on a user's data (configs/small-cpu.yaml); the length then depends on
+    # the machine, and the summary and model card record it
+    minutes: float | None = None
     batch_size: int = 512  # examples per micro-step over all ranks (the reference's global batch)
     grad_accum: int = 1  # micro-steps per optimiser step
     lr: float = 2e-3
@@ -130,6 +136,8 @@ class TrainConfig:
         check(self.steps is None or self.epochs is None, "train.epochs",
               f"train.steps ({self.steps}) and train.epochs ({self.epochs}) are both set; give the run's length "
               "once (set the other to null)")
+        if self.minutes is not None:
+            self._check_minutes()
         check(self.warmup_steps is None or self.warmup_epochs is None, "train.warmup_epochs",
               f"train.warmup_steps ({self.warmup_steps}) and train.warmup_epochs ({self.warmup_epochs}) are both "
               "set; give the warm-up once (set the other to null)")
@@ -160,6 +168,21 @@ class TrainConfig:
               f"unknown {self.init_optimizer!r}; choose 'continue' or 'fresh'")
         check(not (self.parallel == "fsdp" and self.muon_impl in ("torch", "grouped")), "train.muon_impl",
               "torch.optim.Muon cannot orthogonalise FSDP-sharded matrices; use reference (or auto)")
+
+    def _check_minutes(self) -> None:
+        """train.minutes decides the length during the run: the cap is train.steps, and nothing before the decision
+        may depend on the length (elfreg.train.budget)."""
+        check(self.steps is not None, "train.minutes",
+              "needs train.steps, the most steps the run may train (train.epochs cannot be the cap)")
+        check(not self.keep_epochs, "train.keep_epochs", "epoch checkpoints need a length known before the run; "
+                                                         "they cannot be combined with train.minutes")
+        check(self.lr_schedule == "constant" or self.decay_fraction <= 0.5, "train.decay_fraction",
+              f"with train.minutes the learning rate's decay must be a final part of the run (decay_fraction <= 0.5, "
+              f"got {self.decay_fraction}): the length is decided during the run, before the decay starts")
+        for name in ("repa_weight_schedule", "reg_weight_schedule"):
+            check(getattr(self, name) == "constant", f"train.{name}",
+                  "a weight that decays over the whole run needs its length from the start; with train.minutes "
+                  "keep it constant")
 
 
 @dataclass

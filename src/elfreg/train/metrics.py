@@ -57,6 +57,12 @@ class MetricsLog:
         if self.wandb is not None:
             self.wandb.log(values, step=step)
 
+    def set_total(self, total_steps: int) -> None:
+        """The run's length changed (train.minutes decided it): the progress bar's total."""
+        if self.bar is not None:
+            self.bar.total = total_steps
+            self.bar.refresh()
+
     def advance(self, n: int = 1) -> None:
         if self.bar is not None:
             self.bar.update(n)

@@ -179,6 +179,7 @@ class TrainPlan:
     start: dict | None = None  # train.init_from and what continues from it (start_of)
     compare_steps: dict[str, int] = field(default_factory=dict)  # epochs where the paper compares -> their step
     fit: dict[str, int] | None = None  # the canvas the rows need (RowLengths.fit), when the rows were counted
+    minutes: float | None = None  # train.minutes: ``steps`` is then the most the run trains (elfreg.train.budget)
 
     @property
     def overflow(self) -> int:
@@ -250,7 +251,8 @@ def make_plan(cfg, lengths: RowLengths | None = None, rows: int | None = None, o
                      max_tokens=max_tokens or 0, tokens_per_epoch=tokens_per_epoch, global_batch=gb,
                      epochs=epochs, steps=steps, tokens=run_tokens, warmup_steps=warmup,
                      warmup_fraction=warmup / steps if steps else 0.0, epoch_steps=epoch_steps, paper=paper,
-                     ema_decay=tc.ema_decay, start=start_of(cfg), compare_steps=compare_steps, fit=fit or None)
+                     ema_decay=tc.ema_decay, start=start_of(cfg), compare_steps=compare_steps, fit=fit or None,
+                     minutes=tc.minutes)
 
 
 class SourcesUnreachable(OSError):
@@ -345,6 +347,7 @@ def format_plan(plan: TrainPlan) -> str:
     else:
         tokens_note = _num(paper_run_tokens) + (f" (+{_num(p['init_tokens'])} of the init = {_num(paper_tokens)})"
                                                  if p.get("init_tokens") else "")
+    at_most = "at most " if plan.minutes else ""
     rows = [
         ("rows read", f"{plan.rows_read:,}", ""),
         ("rows that fit (one epoch)", f"{plan.rows:,}", f"{p['rows']:,}" if p.get("rows") else ""),
@@ -360,10 +363,11 @@ def format_plan(plan: TrainPlan) -> str:
                                                           f"max_len {f['row_max']} / {f['row_p99']}", ""))
     rows += [
         ("tokens per epoch", _num(plan.tokens_per_epoch), _num(per_epoch) if per_epoch else ""),
-        ("epochs", f"{plan.epochs:g}", f"{p['epochs']:g}" if p.get("epochs") else ""),
+        ("epochs", f"{at_most}{plan.epochs:g}", f"{p['epochs']:g}" if p.get("epochs") else ""),
         ("global batch", f"{plan.global_batch:,}", f"{p['global_batch']:,}" if p.get("global_batch") else ""),
-        ("optimiser steps", f"{plan.steps:,}", ""),
-        ("tokens (prompt + response + EOS, no padding)", _num(plan.tokens), tokens_note),
+        ("optimiser steps", f"{at_most}{plan.steps:,}" + (f" (as many as fit {plan.minutes:g} minutes: train.minutes)"
+                                                          if plan.minutes else ""), ""),
+        ("tokens (prompt + response + EOS, no padding)", at_most + _num(plan.tokens), tokens_note),
         ("warm-up", f"{plan.warmup_steps:,} step{'' if plan.warmup_steps == 1 else 's'} "
                     f"({plan.warmup_fraction:.2%} of the run)", ""),
     ]

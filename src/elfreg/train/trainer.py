@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from elfreg.precision import Precision
 from elfreg.resources import check_fits, training_need
 from elfreg.stats import FeatureStats
 from elfreg.train import checkpoint as ck
+from elfreg.train.budget import TimeBudget
 from elfreg.train.checkpointing import Checkpointing, full_tensor
 from elfreg.train.config import RunConfig
 from elfreg.train.dist import DistInfo, all_reduce_sum, barrier, init_distributed, resolve_device, wrap
@@ -46,6 +48,7 @@ from elfreg.train.setup import (check_backbones, count_rows, match_backbones, ne
 
 SUM_TERMS = ("loss", "loss_elf", "loss_repa", "loss_reg")  # global-count contributions: summed
 MEAN_TERMS = ("l2", "ce", "decoder_frac")  # per-batch diagnostics: averaged
+logger = logging.getLogger(__name__)
 PLOT_EVERY_S = 60.0  # learning_curve.png: drawn at a checkpoint at most this often (and always at the end)
 
 
@@ -73,6 +76,8 @@ class Trainer(Checkpointing):
                  restart: bool = False) -> None:
         if resume not in ("auto", "never"):
             raise ValueError(f"resume must be 'auto' or 'never', got {resume!r}")
+        # train.minutes: the clock starts before the backbones load and the feature cache is built, both part of it
+        self.budget = TimeBudget(cfg.train.minutes, cfg.train.steps) if cfg.train.minutes is not None else None
         self.info: DistInfo = init_distributed()
         self.device = resolve_device(cfg.train.device, self.info)
         self.output = Path(output)
@@ -114,6 +119,9 @@ class Trainer(Checkpointing):
         self.warmup_steps = self.plan.warmup_steps if self.plan is not None else (tc.warmup_steps or 0)
         self.epoch_steps = self.plan.epoch_steps if self.plan is not None else {}
         self._build_model()
+        if self.budget is not None:   # a resumed run continues its budget: seconds spent, the decided length
+            self.budget.restore(self.state.get("budget"))
+            self.total_steps = self.budget.steps or self.total_steps
         self.validation = self._make_validation()
 
     def _make_validation(self):
@@ -432,47 +440,63 @@ class Trainer(Checkpointing):
     def run(self) -> TrainResult:
         cfg, tc, info = self.cfg, self.cfg.train, self.info
         step = int(self.state["step"])
-        total = self.total_steps
         if info.is_main:
             dump_yaml(cfg, self.output / "config.yaml")
-        log = MetricsLog(self.output, info.is_main, total, step, tc.progress and info.is_main, tc.tensorboard,
-                         tc.wandb_project, to_dict(cfg), self.progress_desc)
+        log = MetricsLog(self.output, info.is_main, self.total_steps, step, tc.progress and info.is_main,
+                         tc.tensorboard, tc.wandb_project, to_dict(cfg), self.progress_desc)
         history, last_ckpt = [], ck.latest_checkpoint(self.output)
         self._history = history   # the model card's final loss reads it
         saved_step = step if self.resume_from is not None else -1  # same on every rank
         epoch_steps = set(self.epoch_steps.values())
         self.last_validation: dict | None = None
+        budget = self.budget if self.budget is not None and self.budget.steps is None else None  # to decide
+        clock = self.budget.clock if self.budget is not None else time.monotonic
         try:
-            while step < total:
+            while step < self.total_steps:
+                t_step = clock()
                 metrics = self.step_once(step)
                 if metrics is None:
                     break
                 step += 1
+                total = self.total_steps
                 self.state["tokens"] = int(self.state.get("tokens", 0)) + metrics["tokens"]
                 history.append({"step": step, **metrics})
                 log.advance()
-                checkpoint = step % tc.save_every == 0 or step in epoch_steps
+                checkpoint = (step % tc.save_every == 0 or step in epoch_steps
+                              or (budget is not None and self._budget_forces_checkpoint(budget)))
                 validate = self.validation is not None and self.validation.due(step, total, checkpoint)
+                t_val = clock()
                 if validate:
                     metrics.update(self.validate(step))
+                t_val = clock() - t_val
                 shares = any(k.startswith("grad_rel_") for k in metrics)
                 if step % tc.log_every == 0 or step == total or validate or shares:
                     metrics.update(self.progress(step), **self.precision.record())
                     log.log(step, metrics)
                     self.check_overflow(metrics)
+                t_save = clock()
                 if checkpoint:
                     last_ckpt, saved_step = self.save(step) or last_ckpt, step
                     self._plot(final=False)
+                t_save = clock() - t_save
                 for hook in self.hooks:
                     hook(step)
+                if budget is not None:
+                    budget.step_done(clock() - t_step - t_val - t_save)
+                    if checkpoint:
+                        self.total_steps = self._decide_length(budget, step, t_val, t_save)
+                        log.set_total(self.total_steps)
+                        budget = None
             if saved_step != step:
                 last_ckpt = self.save(step) or last_ckpt
         finally:
             log.close()
+        total = self.total_steps
         model_dir = None
         dtype = next(iter(self.student.state_dict().values())).dtype
         ema = {k: full_tensor(v).detach().cpu().to(dtype) for k, v in self.ema.shadow.items()}  # collective under FSDP
         summary = {"steps": step, "planned_steps": total, **self.progress(step), **self.precision.record(),
+                   **({"time_budget": self.budget.summary()} if self.budget is not None else {}),
                    "epoch_checkpoints": {k: s for k, s in self.epoch_steps.items() if s <= step},
                    "plan": json.loads(self.plan.to_json()) if self.plan is not None else None}
         if self.last_validation is not None:
@@ -487,6 +511,37 @@ class Trainer(Checkpointing):
         self.check_overflow(summary)
         self._plot(final=True)
         return TrainResult(step, self.output, model_dir, last_ckpt, history, summary)
+
+    def _budget_forces_checkpoint(self, budget: TimeBudget) -> bool:
+        """Whether train.minutes needs a checkpoint now to decide the length in time (rank 0's clock decides for all
+        ranks, since a checkpoint is collective)."""
+        force = budget.force_checkpoint() if self.info.is_main else False
+        if self.info.enabled:
+            force = bool(all_reduce_sum(torch.tensor([float(force)], device=self.device), self.info)[0] > 0)
+        return force
+
+    def _decide_length(self, budget: TimeBudget, step: int, validation_s: float, checkpoint_s: float) -> int:
+        """train.minutes: the run's length, decided after the checkpoint at ``step`` (rank 0's measurements)."""
+        def checkpoints(k: int, n: int) -> bool:
+            return k % self.cfg.train.save_every == 0 or k == n
+
+        def validates(k: int, n: int) -> bool:
+            return self.validation is not None and self.validation.due(k, n, checkpoints(k, n))
+
+        if self.info.is_main:
+            budget.decide(step, validation_s, checkpoint_s, validates, checkpoints)
+        if self.info.enabled:
+            import torch.distributed as dist
+
+            box = [budget.steps, budget.record]
+            dist.broadcast_object_list(box, src=0)
+            budget.steps, budget.record = box
+        if self.info.is_main:
+            r = budget.record
+            logger.info(f"train.minutes = {r['minutes']:g}: {r['steps']:,} steps (decided at step {step:,}: "
+                  f"{r['elapsed_s']:.0f} s spent, {r['step_s']:.3f} s a step, {r['validation_s']:.1f} s a validation, "
+                  f"{r['checkpoint_s']:.1f} s a checkpoint; at most {r['cap']:,})")
+        return budget.steps
 
     def _plot(self, final: bool) -> None:
         """learning_curve.png from metrics.jsonl (main rank): at the end, at the run's first checkpoint, and at a later
