@@ -123,7 +123,8 @@ def write_data(out: Path, cfg: DistillDemo) -> Path:
 def teacher_settings(cfg: DistillDemo, seed: int, data: Path, cache: Path, progress: bool) -> list[str]:
     """``elfreg train --config <teacher_config>`` overrides of one seed's teacher."""
     return [f"model.max_prompt_len={PROMPT_LEN}", f"model.max_len={CANVAS_LEN}", f"model.width={cfg.width}",
-            f"train.steps={cfg.teacher_steps}", "train.minutes=null", f"train.seed={seed}", f"train.progress={str(progress).lower()}",
+            f"train.steps={cfg.teacher_steps}", "train.minutes=null", f"train.seed={seed}",
+            f"train.progress={str(progress).lower()}",
             f"data.cache_dir={cache}",
             f"data.sources=[{{name: repeat, task: math, path: {json.dumps(str(data))}, format: jsonl, "
             "columns: {prompt: prompt, response: response, answer: answer}}]", *kind_settings(cfg.student),

@@ -57,14 +57,18 @@ class TimeBudget:
     minutes: float
     cap: int  # train.steps: the most the run may train
     spent_before: float = 0.0  # seconds a resumed run's earlier processes spent (its checkpoint's record)
-    steps: int | None = None  # the decided length (None until decided)
     clock: Callable[[], float] = time.monotonic
-    record: dict = field(default_factory=dict)  # the measurements behind the decision (summary, model card)
+    record: dict = field(default_factory=dict)  # the decision and its measurements (summary, model card); {} before
     start: float = field(init=False, default=0.0)
     _step_s: list[float] = field(init=False, repr=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self.start = self.clock()
+
+    @property
+    def steps(self) -> int | None:
+        """The decided length (None until decided)."""
+        return self.record.get("steps")
 
     @property
     def budget_s(self) -> float:
@@ -91,7 +95,6 @@ class TimeBudget:
         remaining = (1.0 - MARGIN) * (self.budget_s - elapsed)
         n = steps_within(remaining, step, self.cap, step_s, validation_s, checkpoint_s, validates, checkpoints) \
             if step_s > 0 else self.cap
-        self.steps = n
         self.record = {"minutes": self.minutes, "decided_at_step": step, "elapsed_s": round(elapsed, 2),
                        "step_s": round(step_s, 4), "validation_s": round(validation_s, 2),
                        "checkpoint_s": round(checkpoint_s, 2), "steps": n, "cap": self.cap}
@@ -110,6 +113,4 @@ class TimeBudget:
         """Continue from a checkpoint's :meth:`state` (None or empty: a fresh run): its seconds and its decision."""
         saved = saved or {}
         self.spent_before = float(saved.get("seconds", 0.0))
-        self.steps = saved.get("steps")
         self.record = dict(saved.get("record") or {})
-

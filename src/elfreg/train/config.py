@@ -21,7 +21,8 @@ EPOCHS = Range(0, 1e6, lo_open=True)
 # memory estimate's call (elfreg.resources.training_need)
 ROWS = Range(1, 2 ** 24, integer=True)
 TRAIN_RANGES = {
-    "seed": SEED, "steps": COUNT, "epochs": EPOCHS, "minutes": Range(0, 1e6, lo_open=True), "batch_size": ROWS, "grad_accum": Range(1, 2 ** 16, integer=True),
+    "seed": SEED, "steps": COUNT, "epochs": EPOCHS, "minutes": Range(0, 1e6, lo_open=True), "batch_size": ROWS,
+    "grad_accum": Range(1, 2 ** 16, integer=True),
     "lr": Range(0, 10, lo_open=True), "warmup_steps": Range(0, None, integer=True), "warmup_epochs": Range(0, 1e6),
     "min_lr_ratio": UNIT, "decay_fraction": Range(0, 1, lo_open=True), "clip_grad": Range(0, 1e6),
     "ema_decay": BETA, "muon_momentum": BETA, "muon_lr": Range(0, 10, lo_open=True), "adam_beta1": BETA,

@@ -533,14 +533,14 @@ class Trainer(Checkpointing):
         if self.info.enabled:
             import torch.distributed as dist
 
-            box = [budget.steps, budget.record]
+            box = [budget.record]
             dist.broadcast_object_list(box, src=0)
-            budget.steps, budget.record = box
+            budget.record = box[0]
         if self.info.is_main:
             r = budget.record
             logger.info(f"train.minutes = {r['minutes']:g}: {r['steps']:,} steps (decided at step {step:,}: "
-                  f"{r['elapsed_s']:.0f} s spent, {r['step_s']:.3f} s a step, {r['validation_s']:.1f} s a validation, "
-                  f"{r['checkpoint_s']:.1f} s a checkpoint; at most {r['cap']:,})")
+                        f"{r['elapsed_s']:.0f} s spent, {r['step_s']:.3f} s a step, {r['validation_s']:.1f} s a "
+                        f"validation, {r['checkpoint_s']:.1f} s a checkpoint; at most {r['cap']:,})")
         return budget.steps
 
     def _plot(self, final: bool) -> None:
