@@ -6,7 +6,9 @@ import os
 import traceback
 
 
-def run(rank: int, world: int, port: int, config: str, overrides: list[str], output: str, result: str) -> None:
+def run(rank: int, world: int, port: int, config: str, overrides: list[str], output: str, result: str,
+        clock_rates: list[float] | None = None) -> None:
+    """``clock_rates``: a train.minutes run whose budget clock each rank moves by its own rate per step (a hook)."""
     import torch
     import torch.distributed as dist
 
@@ -21,12 +23,17 @@ def run(rank: int, world: int, port: int, config: str, overrides: list[str], out
         from elfreg.train.trainer import Trainer
 
         t = Trainer(load_run_config(config, overrides), output)
+        if clock_rates is not None:
+            now = [0.0]
+            t.budget.clock = lambda: now[0]
+            t.budget.start = 0.0
+            t.hooks.append(lambda step: now.__setitem__(0, now[0] + clock_rates[rank]))
         res = t.run()
         full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().contiguous()
                 for k, v in t.student.state_dict().items()}
         save_file(full, f"{result}-rank{rank}.safetensors")
         losses = torch.tensor([h["loss"] for h in res.history])
-        save_file({"loss": losses}, f"{result}-loss-rank{rank}.safetensors")
+        save_file({"loss": losses, "steps": torch.tensor([res.step])}, f"{result}-loss-rank{rank}.safetensors")
     except Exception:
         traceback.print_exc()
         raise

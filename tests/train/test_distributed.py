@@ -1,5 +1,6 @@
 """2 processes on CPU (gloo): identical weights on both ranks, equal to one process with the same global batch."""
 
+import json
 import socket
 
 import pytest
@@ -54,6 +55,21 @@ def test_ddp_two_ranks_match_single_process(tmp_path, tiny_lm_dir, sums_jsonl):
     torch.testing.assert_close(l0, ref_loss, rtol=1e-5, atol=1e-6)
     assert torch.equal(l0, l1) and len(l0) == 4
     assert (tmp_path / "ddp-out" / "epoch-0.25" / "COMPLETE").is_file()
+
+
+@pytest.mark.slow
+def test_a_time_budget_is_decided_by_rank_0_for_both_ranks(tmp_path, tiny_lm_dir, sums_jsonl):
+    """train.minutes under DDP: rank 0's clock forces the checkpoint and decides the length, broadcast to rank 1,
+    whose clock runs ten times faster (were it read, the ranks would checkpoint at different steps and hang, or
+    stop at different lengths). 12 s at 1 s a step: the checkpoint forced at step 4, then (1 - 0.05)(12 - 4) s: 11."""
+    over = tiny_overrides(tiny_lm_dir, sums_jsonl, **{"train.steps": 40, "train.minutes": 0.2, "train.batch_size": 8,
+                                                      "train.save_every": 100, "train.keep_last": 20})
+    result = str(tmp_path / "budget")
+    mp.spawn(run, args=(2, free_port(), CONFIG, over, str(tmp_path / "budget-out"), result, [1.0, 10.0]), nprocs=2)
+    assert [int(load_file(f"{result}-loss-rank{r}.safetensors")["steps"][0]) for r in range(2)] == [11, 11]
+    assert (tmp_path / "budget-out" / "ckpt-00000004").is_dir()
+    summary = json.loads((tmp_path / "budget-out" / "summary.json").read_text())
+    assert summary["time_budget"]["decided_at_step"] == 4 and summary["steps"] == 11
 
 
 @pytest.mark.slow
