@@ -240,10 +240,8 @@ def _training_lines(training: dict | None) -> list[str]:
     tb = t.get("time_budget")
     if tb:
         lines.insert(1, f"- **Length from a time budget** (`train.minutes` = {fmt(tb.get('minutes'), 'g')}): as many "
-                        f"steps as fit on the machine that trained it, at most {fmt(tb.get('cap'), ',')}; decided at "
-                        f"step {fmt(tb.get('decided_at_step'), ',')} from {fmt(tb.get('step_s'), '.3f')} s a step "
-                        f"({fmt(tb.get('elapsed_s'), '.0f')} s spent by then). Another machine would train another "
-                        f"number of steps.")
+                        f"steps as fit on the machine that trained it, at most {fmt(tb.get('cap'), ',')}; "
+                        f"{_budget_decisions(tb, fmt)}. Another machine would train another number of steps.")
     for s in t.get("sources", []):
         where = (f"Hub dataset {md_text(s['hub_id'])}" if s.get("hub_id")
                  else f"local file {md_text(s.get('file') or _local_name(s.get('path')) or '?')}")
@@ -438,3 +436,17 @@ def record_results(folder: str | Path, results: list[dict], name: str | None = N
     merged.update({key(r): r for r in results})
     title = name or (getattr(data, "model_name", None) if data is not None else None)
     return write_card(folder, payload, payload.get("prompt_template"), training, list(merged.values()), title)
+
+
+def _budget_decisions(tb: dict, fmt) -> str:
+    """How ``train.minutes`` decided the length, for the card: the last decision and, if there were several, the
+    first."""
+    last = (f"decided at step {fmt(tb.get('decided_at_step'), ',')} from {fmt(tb.get('step_s'), '.3f')} s a step "
+            f"({fmt(tb.get('elapsed_s'), '.0f')} s spent by then)")
+    first, count = tb.get("first"), tb.get("decisions") or 1
+    if not first or count < 2:
+        return last
+    return (f"first decided at step {fmt(first.get('step'), ',')} ({fmt(first.get('steps'), ',')} steps), then again "
+            f"at each checkpoint until the learning rate's decay began, last at step "
+            f"{fmt(tb.get('decided_at_step'), ',')} from {fmt(tb.get('step_s'), '.3f')} s a step "
+            f"({fmt(tb.get('elapsed_s'), '.0f')} s spent by then)")

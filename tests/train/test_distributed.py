@@ -59,17 +59,18 @@ def test_ddp_two_ranks_match_single_process(tmp_path, tiny_lm_dir, sums_jsonl):
 
 @pytest.mark.slow
 def test_a_time_budget_is_decided_by_rank_0_for_both_ranks(tmp_path, tiny_lm_dir, sums_jsonl):
-    """train.minutes under DDP: rank 0's clock forces the checkpoint and decides the length, broadcast to rank 1,
-    whose clock runs ten times faster (were it read, the ranks would checkpoint at different steps and hang, or
-    stop at different lengths). 12 s at 1 s a step: the checkpoint forced at step 4, then (1 - 0.05)(12 - 4) s: 11."""
+    """train.minutes under DDP: rank 0's clock forces the checkpoint and decides the length, and decides it again at
+    the next checkpoint, broadcast to rank 1, whose clock runs ten times faster (were it read, the ranks would
+    checkpoint at different steps and hang, or stop at different lengths). 12 s at 1 s a step: the checkpoint forced
+    at step 4, then (1 - 0.1)(12 - 4) = 7.2 s: 11; again at step 6: (1 - 0.1)(12 - 6) = 5.4 s: 11."""
     over = tiny_overrides(tiny_lm_dir, sums_jsonl, **{"train.steps": 40, "train.minutes": 0.2, "train.batch_size": 8,
-                                                      "train.save_every": 100, "train.keep_last": 20})
+                                                      "train.save_every": 6, "train.keep_last": 20})
     result = str(tmp_path / "budget")
     mp.spawn(run, args=(2, free_port(), CONFIG, over, str(tmp_path / "budget-out"), result, [1.0, 10.0]), nprocs=2)
     assert [int(load_file(f"{result}-loss-rank{r}.safetensors")["steps"][0]) for r in range(2)] == [11, 11]
     assert (tmp_path / "budget-out" / "ckpt-00000004").is_dir()
-    summary = json.loads((tmp_path / "budget-out" / "summary.json").read_text())
-    assert summary["time_budget"]["decided_at_step"] == 4 and summary["steps"] == 11
+    tb = json.loads((tmp_path / "budget-out" / "summary.json").read_text())["time_budget"]
+    assert (tb["first"], tb["decided_at_step"], tb["decisions"], tb["steps"]) == ({"step": 4, "steps": 11}, 6, 2, 11)
 
 
 @pytest.mark.slow

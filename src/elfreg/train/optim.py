@@ -295,12 +295,21 @@ def lr_at(step: int, cfg: TrainConfig, warmup_steps: int | None = None, total_st
     total = cfg.steps if total_steps is None else total_steps
     if total is None:
         raise ValueError(f"train.lr_schedule={cfg.lr_schedule} needs the run's length (train.steps or the plan's)")
-    decay = max(1, round(cfg.decay_fraction * (total - warmup)))
-    p = min(1.0, max(0.0, (step + 1 - (total - decay)) / decay))
+    start = decay_start(cfg, warmup, total)
+    p = min(1.0, max(0.0, (step + 1 - start) / (total - start)))
     low = cfg.min_lr_ratio * cfg.lr
     if cfg.lr_schedule == "cosine":
         return low + (cfg.lr - low) * 0.5 * (1.0 + math.cos(math.pi * p))
     return low + (cfg.lr - low) * (1.0 - p)
+
+
+def decay_start(cfg: TrainConfig, warmup_steps: int, total_steps: int) -> int:
+    """The first optimiser step (0-based) of a ``total_steps``-step run whose learning rate decays
+    (:func:`lr_at`: the last max(1, round(decay_fraction (T - W))) steps; ``total_steps`` when the schedule is
+    constant). Every step before it trains at the same rate whatever the run's length (``train.minutes`` reads this)."""
+    if cfg.lr_schedule == "constant":
+        return total_steps
+    return total_steps - max(1, round(cfg.decay_fraction * (total_steps - warmup_steps)))
 
 
 class EMA:

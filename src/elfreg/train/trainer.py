@@ -40,7 +40,7 @@ from elfreg.train.config import RunConfig
 from elfreg.train.dist import DistInfo, all_reduce_sum, barrier, init_distributed, resolve_device, wrap
 from elfreg.train.features import CachedFeatures, StatsAccumulator, paper_token_mask, standardize_batch
 from elfreg.train.metrics import MetricsLog
-from elfreg.train.optim import EMA, aux_weights_at, build_optimizers, lr_at
+from elfreg.train.optim import EMA, aux_weights_at, build_optimizers, decay_start, lr_at
 from elfreg.train.plan import TrainPlan, check_init, check_overflow, init_source
 from elfreg.train.rng import example_generators
 from elfreg.train.setup import (check_backbones, count_rows, match_backbones, need_teacher, plan_from_counts,
@@ -449,8 +449,8 @@ class Trainer(Checkpointing):
         saved_step = step if self.resume_from is not None else -1  # same on every rank
         epoch_steps = set(self.epoch_steps.values())
         self.last_validation: dict | None = None
-        budget = self.budget if self.budget is not None and self.budget.steps is None else None  # to decide
-        clock = self.budget.clock if self.budget is not None else time.monotonic
+        budget = self.budget   # train.minutes: decided at the first checkpoint, then at each until the decay
+        clock = budget.clock if budget is not None else time.monotonic
         try:
             while step < self.total_steps:
                 t_step = clock()
@@ -463,7 +463,8 @@ class Trainer(Checkpointing):
                 history.append({"step": step, **metrics})
                 log.advance()
                 checkpoint = (step % tc.save_every == 0 or step in epoch_steps
-                              or (budget is not None and self._budget_forces_checkpoint(budget)))
+                              or (budget is not None and budget.steps is None
+                                  and self._budget_forces_checkpoint(budget)))
                 validate = self.validation is not None and self.validation.due(step, total, checkpoint)
                 t_val = clock()
                 if validate:
@@ -483,10 +484,9 @@ class Trainer(Checkpointing):
                     hook(step)
                 if budget is not None:
                     budget.step_done(clock() - t_step - t_val - t_save)
-                    if checkpoint:
+                    if checkpoint and step < self.total_steps and self._length_open(step):
                         self.total_steps = self._decide_length(budget, step, t_val, t_save)
                         log.set_total(self.total_steps)
-                        budget = None
             if saved_step != step:
                 last_ckpt = self.save(step) or last_ckpt
         finally:
@@ -520,27 +520,41 @@ class Trainer(Checkpointing):
             force = bool(all_reduce_sum(torch.tensor([float(force)], device=self.device), self.info)[0] > 0)
         return force
 
+    def _length_open(self, step: int, total: int | None = None) -> bool:
+        """Whether the first ``step`` steps trained at rates that a run of ``total`` steps (default: the current
+        length) shares with every other length: none of them is in the learning rate's final decay."""
+        total = self.total_steps if total is None else total
+        return step <= self.warmup_steps or decay_start(self.cfg.train, self.warmup_steps, total) >= step
+
     def _decide_length(self, budget: TimeBudget, step: int, validation_s: float, checkpoint_s: float) -> int:
-        """train.minutes: the run's length, decided after the checkpoint at ``step`` (rank 0's measurements)."""
+        """train.minutes: the run's length, decided after the checkpoint at ``step`` (rank 0's measurements), never
+        one whose decay would have begun already."""
         def checkpoints(k: int, n: int) -> bool:
             return k % self.cfg.train.save_every == 0 or k == n
 
         def validates(k: int, n: int) -> bool:
             return self.validation is not None and self.validation.due(k, n, checkpoints(k, n))
 
+        least = next((n for n in range(step, budget.cap + 1) if self._length_open(step, n)), budget.cap)
+        before = budget.steps
         if self.info.is_main:
-            budget.decide(step, validation_s, checkpoint_s, validates, checkpoints)
+            budget.decide(step, validation_s, checkpoint_s, validates, checkpoints, least)
         if self.info.enabled:
             import torch.distributed as dist
 
             box = [budget.record]
             dist.broadcast_object_list(box, src=0)
             budget.record = box[0]
-        if self.info.is_main:
-            r = budget.record
+        r = budget.record
+        if self.info.is_main and before is None:
             logger.info(f"train.minutes = {r['minutes']:g}: {r['steps']:,} steps (decided at step {step:,}: "
                         f"{r['elapsed_s']:.0f} s spent, {r['step_s']:.3f} s a step, {r['validation_s']:.1f} s a "
-                        f"validation, {r['checkpoint_s']:.1f} s a checkpoint; at most {r['cap']:,})")
+                        f"validation, {r['checkpoint_s']:.1f} s a checkpoint; at most {r['cap']:,}; decided again at "
+                        f"each checkpoint until the learning rate's decay begins)")
+        elif self.info.is_main and r["steps"] != before:
+            logger.info(f"train.minutes = {r['minutes']:g}: {r['steps']:,} steps instead of {before:,} (decided again "
+                        f"at step {step:,}: {r['elapsed_s']:.0f} s spent, {r['step_s']:.3f} s a step since the last "
+                        f"decision)")
         return budget.steps
 
     def _plot(self, final: bool) -> None:
