@@ -84,14 +84,20 @@ def test_time_budget_decides_again_from_the_steps_since_the_last_decision():
     for _ in range(5):   # the machine got slower: 2 s a step since the decision
         b.step_done(2.0)
     clock.t += 10.0
-    # 2 s a step (not the run's mean), 4 s a checkpoint (the mean of 3 and 5): (1 - MARGIN)(60 - 25) = 31.5 s,
-    # 27.5 s after the final checkpoint: 13 steps
+    # 2 s a step (the recent mean, above the process's 1.33 s), 4 s a checkpoint (the mean of 3 and 5):
+    # (1 - MARGIN)(60 - 25) = 31.5 s, 27.5 s after the final checkpoint: 13 steps
     assert b.decide(18, 1.0, 5.0, never, every(1000)) == 18 + 13
     r = b.record
     assert (r["step_s"], r["checkpoint_s"], r["validation_s"]) == (2.0, 4.0, 1.0)   # means over the checkpoints
     assert r["first"] == {"step": 13, "steps": 50} and r["decisions"] == 2 and r["decided_at_step"] == 18
+    # faster again (0.5 s a step): the process's mean, the larger one, plans (the first 3 steps left out), so a fast
+    # stretch does not plan steps the rest of the run cannot take
+    for _ in range(5):
+        b.step_done(0.5)
+    assert b.step_time() == (10 * 1.0 + 5 * 2.0 + 5 * 0.5) / 20 > 0.5
     # a length whose decay would have begun already is never chosen: at least ``least``, at most the cap
-    assert b.decide(18, 1.0, 5.0, never, every(1000), least=40) == 40
+    assert b.decide(18, 1.0, 5.0, never, every(1000)) == 18 + 24   # 1.125 s a step, 4.33 s a checkpoint: 42
+    assert b.decide(18, 1.0, 5.0, never, every(1000), least=50) == 50
     assert b.decide(18, 1.0, 5.0, never, every(1000), least=900) == 500
 
 

@@ -3,10 +3,11 @@
 The steps are decided from what this run measured on this machine: first right after its first checkpoint (or
 after a checkpoint forced at the first step by which ``DECIDE_AT`` of the budget is spent, if that comes first),
 then again at every later checkpoint until the learning rate starts its final decay. At each decision the run
-knows its elapsed time E (loading the backbones and building the feature cache included), the mean wall time of a
-step tau since the previous decision (logging and hooks included; validations and checkpoints apart; the first
-``SKIP_STEPS`` of a process left out) and the mean cost of its checkpoints so far: the validation v and the save c
-(writing the checkpoint and the learning curve). It then trains to the largest N <= cap with
+knows its elapsed time E (loading the backbones and building the feature cache included), the wall time of a step
+tau (logging and hooks included; validations and checkpoints apart; the first ``SKIP_STEPS`` of a process left
+out), the larger of its mean since the previous decision and its mean over the process, and the mean cost of its
+checkpoints so far: the validation v and the save c (writing the checkpoint and the learning curve). It then trains
+to the largest N <= cap with
 
     (N - s) tau + n_val(s, N) v + n_ckpt(s, N) c <= (1 - MARGIN) (B - E)
 
@@ -14,8 +15,8 @@ where s is the step of the decision, B the budget and n_val / n_ckpt count the v
 would still write after step s (its last step's included, where the final model and summary are written).
 
 Deciding again at each checkpoint follows the step time as it drifts over a run (on a shared 2-core machine it
-moved by up to 10 % after the first 300 steps, and a single early decision ended runs 50 s early or 20 s late of
-9 minutes), and the margin shrinks with what is left to plan. The length may change only while no step has trained
+moved by up to 10 % after the first 300 steps, and a single decision at step 300 ended runs from 72 s before to
+20 s after the end of their 9 minutes), and the margin shrinks with what is left to plan. The length may change only while no step has trained
 at a rate that depends on it: the learning-rate schedule reads the length only for its final decay, so a decision
 is taken only while that decay has not begun, and never picks a length whose decay would have begun already
 (``least``). Hence ``train.minutes`` needs a schedule whose decay is a final part of the run (``decay_fraction`` <=
@@ -98,10 +99,15 @@ class TimeBudget:
         return self.steps is None and self.elapsed() >= DECIDE_AT * self.budget_s
 
     def step_time(self) -> float:
-        """The mean wall time of a step since the last decision (the process's first SKIP_STEPS left out); 0.0 before
-        any step."""
-        times = self._step_s[max(self._window, SKIP_STEPS):] or self._step_s[self._window:] or self._step_s
-        return sum(times) / len(times) if times else 0.0
+        """The wall time of a step to plan with: the larger of the mean since the last decision and the mean over the
+        process (its first SKIP_STEPS left out of both); 0.0 before any step. The recent mean follows a machine that
+        got slower; the longer one keeps a fast stretch (300-step means moved between 0.18 and 0.23 s and back on an
+        idle 2-core machine) from planning steps the rest of the run cannot take."""
+        def mean(times: list[float]) -> float:
+            return sum(times) / len(times) if times else 0.0
+
+        recent = self._step_s[max(self._window, SKIP_STEPS):] or self._step_s[self._window:] or self._step_s
+        return max(mean(recent), mean(self._step_s[SKIP_STEPS:]))
 
     def decide(self, step: int, validation_s: float, checkpoint_s: float,
                validates: Callable[[int, int], bool], checkpoints: Callable[[int, int], bool],
