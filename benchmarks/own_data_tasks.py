@@ -116,17 +116,22 @@ def source(path: Path) -> str:
             f"columns: {{prompt: question, response: answer}}}}]")
 
 
+def canvas_from(text: str) -> tuple[int, int] | None:
+    """(max_prompt_len, max_len) for all rows, from the dry run's refusal ("these rows need model.max_prompt_len=P
+    model.max_len=L") or its plan ("canvas the rows need (all / 99 %)  max_prompt_len P / p, max_len L / l")."""
+    m = (re.search(r"these rows need model\.max_prompt_len=(\d+) model\.max_len=(\d+)", text)
+         or re.search(r"canvas the rows need[^\n]*?max_prompt_len (\d+)[^\n]*?max_len (\d+)", text))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def canvas(elfreg: list[str], train: Path) -> tuple[int, int]:
-    """The canvas the dry run names for all rows (its ``these rows need model.max_prompt_len=P model.max_len=L``)."""
+    """The canvas the dry run names for all rows."""
     out = subprocess.run([*elfreg, "train", "--config", "small-cpu", "--dry-run", source(train)],
                          capture_output=True, text=True)
-    m = re.search(r"these rows need model\.max_prompt_len=(\d+) model\.max_len=(\d+)", out.stdout + out.stderr)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    m = re.search(r"canvas the rows need[^\n]*?(\d+)[^\n]*?(\d+)", out.stdout)
-    if out.returncode == 0 and m:   # the config's canvas holds every row: the dry run printed the plan
-        return int(m.group(1)), int(m.group(2))
-    raise SystemExit(f"the dry run on {train} named no canvas:\n{out.stdout}{out.stderr}")
+    found = canvas_from(out.stdout + out.stderr)
+    if found is None:
+        raise SystemExit(f"the dry run on {train} named no canvas:\n{out.stdout}{out.stderr}")
+    return found
 
 
 def train(elfreg: list[str], folder: Path, seed: int, extra: list[str]) -> dict:

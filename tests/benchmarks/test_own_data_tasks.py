@@ -9,7 +9,7 @@ import pytest
 
 from elfreg.tasks.formats import extract_final_answer
 from helpers import REPO, smollm2_gguf
-from own_data_tasks import PLURAL, TASKS, UNITS, UP_TO, canvas, write_task
+from own_data_tasks import PLURAL, TASKS, UNITS, UP_TO, canvas, canvas_from, write_task
 
 
 def rows(path):
@@ -68,3 +68,5 @@ def test_the_canvas_is_read_from_the_dry_run(tmp_path):
                           " response: answer}}]" % (tmp_path / "sums" / "train.jsonl")],
                          capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
+    # ... and the runner reads the same canvas from that plan
+    assert canvas_from(out.stdout) == (prompt, length)
