@@ -553,8 +553,7 @@ class Trainer(Checkpointing):
                         f"each checkpoint until the learning rate's decay begins)")
         elif self.info.is_main and r["steps"] != before:
             logger.info(f"train.minutes = {r['minutes']:g}: {r['steps']:,} steps instead of {before:,} (decided again "
-                        f"at step {step:,}: {r['elapsed_s']:.0f} s spent, {r['step_s']:.3f} s a step since the last "
-                        f"decision)")
+                        f"at step {step:,}: {r['elapsed_s']:.0f} s spent, {r['step_s']:.3f} s a step planned)")
         return budget.steps
 
     def _plot(self, final: bool) -> None:
