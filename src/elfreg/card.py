@@ -441,12 +441,10 @@ def record_results(folder: str | Path, results: list[dict], name: str | None = N
 def _budget_decisions(tb: dict, fmt) -> str:
     """How ``train.minutes`` decided the length, for the card: the last decision and, if there were several, the
     first."""
-    last = (f"decided at step {fmt(tb.get('decided_at_step'), ',')} from {fmt(tb.get('step_s'), '.3f')} s a step "
+    last = (f"at step {fmt(tb.get('decided_at_step'), ',')} from {fmt(tb.get('step_s'), '.3f')} s a step "
             f"({fmt(tb.get('elapsed_s'), '.0f')} s spent by then)")
     first, count = tb.get("first"), tb.get("decisions") or 1
     if not first or count < 2:
-        return last
+        return f"decided {last}"
     return (f"first decided at step {fmt(first.get('step'), ',')} ({fmt(first.get('steps'), ',')} steps), then again "
-            f"at each checkpoint until the learning rate's decay began, last at step "
-            f"{fmt(tb.get('decided_at_step'), ',')} from {fmt(tb.get('step_s'), '.3f')} s a step "
-            f"({fmt(tb.get('elapsed_s'), '.0f')} s spent by then)")
+            f"at each checkpoint until the learning rate's decay began, last {last}")

@@ -16,12 +16,12 @@ would still write after step s (its last step's included, where the final model 
 
 Deciding again at each checkpoint follows the step time as it drifts over a run (on a shared 2-core machine it
 moved by up to 10 % after the first 300 steps, and a single decision at step 300 ended runs from 72 s before to
-20 s after the end of their 9 minutes), and the margin shrinks with what is left to plan. The length may change only while no step has trained
-at a rate that depends on it: the learning-rate schedule reads the length only for its final decay, so a decision
-is taken only while that decay has not begun, and never picks a length whose decay would have begun already
-(``least``). Hence ``train.minutes`` needs a schedule whose decay is a final part of the run (``decay_fraction`` <=
-0.5, auxiliary weights constant: :meth:`elfreg.train.config.TrainConfig.__post_init__`); from the decay's start to
-the end the length stays as last decided.
+20 s after the end of their 9 minutes), and the margin shrinks with what is left to plan. The length may change
+only while no step has trained at a rate that depends on it: the learning-rate schedule reads the length only for
+its final decay, so a decision is taken only while that decay has not begun, and never picks a length whose decay
+would have begun already (``least``). Hence ``train.minutes`` needs a schedule whose decay is a final part of the
+run (``decay_fraction`` <= 0.5, auxiliary weights constant: :meth:`elfreg.train.config.TrainConfig.__post_init__`);
+from the decay's start to the end the length stays as last decided.
 
 The decided N is kept in every later checkpoint: a resumed run continues from it, with the seconds its checkpoint
 recorded as spent, and decides again at its next checkpoints like the uninterrupted run. A run resumed from a
