@@ -79,7 +79,8 @@ def test_validation_is_scored_at_exactly_the_asked_steps(tmp_path, tiny_lm_dir, 
     sha = hashlib.sha256(held_jsonl.read_bytes()).hexdigest()
     card = ModelCard.load(tmp_path / "run" / "model" / "README.md")
     t = card.data.to_dict()["elfreg"]["training"]["validation"]
-    assert t == {"file": "held.jsonl", "sha256": sha, "rows": 6, "loss_rows": rec[7]["val_loss_rows"], "step": 7,
+    assert t == {"file": "held.jsonl", "sha256": sha, "rows": 6, "loss_rows": rec[7]["val_loss_rows"],
+                 "answers_unwritable": 0, "step": 7,
                  "accuracy": rec[7]["val_acc"], "loss": rec[7]["val_loss"], "sampler": "early-stop", "nfe": 2}
     assert (f"**Held-out validation while training** (the file held.jsonl, sha256 {sha}; 6 rows): accuracy "
             f"{100 * rec[7]['val_acc']:.1f} % at step 7") in card.text
@@ -171,11 +172,33 @@ def test_the_summary_line_says_the_validation_and_the_best_model():
 
 
 def test_a_held_out_response_the_restricted_head_cannot_write_is_scored_without_a_loss(tmp_path, tiny_lm_dir,
-                                                                                      sums_jsonl):
+                                                                                      sums_jsonl, caplog):
     held = tmp_path / "held.jsonl"
-    rows = sum_rows(seed=1)[:3] + [{"prompt": "what is 2 times 3 ?", "response": "2 times 3 is 6", "answer": "6"}]
-    held.write_text("".join(json.dumps(r) + "\n" for r in rows))   # "times": in no training response
-    res = train(cfg(tiny_lm_dir, sums_jsonl, **{"train.head_vocab": "responses", "data.validation": held,
-                                               "train.validate_nfe": 2, "train.steps": 3}), tmp_path / "run")
+    rows = sum_rows(seed=1)[:3] + [{"prompt": "what is 2 times 3 ?", "response": "2 times 3 is 6", "answer": "6"},
+                                   {"prompt": "what is the answer ?", "response": "the answer is copy", "answer": "copy"}]
+    # "times", "the", "answer", "copy": in no training response; only the last row's final answer ("copy") is one
+    held.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with caplog.at_level("WARNING", logger="elfreg.train.trainer"):
+        res = train(cfg(tiny_lm_dir, sums_jsonl, **{"train.head_vocab": "responses", "data.validation": held,
+                                                   "train.validate_nfe": 2, "train.steps": 3}), tmp_path / "run")
     v = res.summary["validation"]
-    assert (v["val_rows"], v["val_loss_rows"]) == (4, 3) and v["val_loss"] > 0
+    assert (v["val_rows"], v["val_loss_rows"]) == (5, 3) and v["val_loss"] > 0
+    assert ("data.validation: 2 of 5 held-out responses use a token that no training response uses" in caplog.text
+            and "1 of them in the final answer itself, which can then never be right" in caplog.text)
+    card = ModelCard.load(tmp_path / "run" / "model" / "README.md")
+    assert card.data.to_dict()["elfreg"]["training"]["validation"]["answers_unwritable"] == 1
+    assert "1 rows' final answers use a token the vocabulary head lacks" in card.text
+
+
+def test_unwritable_answers_reads_the_final_answer_tokens(tiny_lm_dir):
+    from elfreg.backbones import load_tokenizer
+    from elfreg.train.validation import unwritable_answers, unwritable_line
+
+    tok = load_tokenizer(str(tiny_lm_dir))
+    kept = set(tok("0 1 2 3 4 5 6 7 8 9 is plus", add_special_tokens=False)["input_ids"])
+    responses = ["2 times 3 is 6", "the answer is copy", "copy is 6", "what is it"]
+    # the last "copy" / "6" is the answer; a gold the response does not hold is not counted
+    assert unwritable_answers(tok, responses, ["6", "copy", "6", "sort"], kept) == 1
+    assert unwritable_answers(tok, responses, ["times", "answer", "copy", None], kept) == 3
+    assert unwritable_line(100, 31, 0).endswith("; none in the final answer itself")
+    assert "(train.head_vocab: responses)" in unwritable_line(100, 31, None)

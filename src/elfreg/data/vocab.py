@@ -28,3 +28,12 @@ def head_token_ids(tokenizer, rows: Iterable[dict], task: str = "math",
             if text is not None:
                 ids.update(tokenizer(text, add_special_tokens=False)["input_ids"])
     return sorted(ids)
+
+
+def span_token_ids(tokenizer, text: str, start: int, end: int) -> list[int] | None:
+    """The ids of ``text``'s tokens (tokenised as the canvas does: apart, no special tokens) that overlap its
+    characters [start, end); None for a tokenizer that gives no character offsets (a slow one)."""
+    if not getattr(tokenizer, "is_fast", False):
+        return None
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    return [i for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"], strict=True) if a < end and b > start]

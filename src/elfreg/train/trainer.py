@@ -129,10 +129,12 @@ class Trainer(Checkpointing):
         without it."""
         if self.cfg.data.validation is None:
             return None
-        from elfreg.train.validation import Validation
+        from elfreg.train.validation import Validation, unwritable_line
 
         v = Validation(validation_rows(self.cfg), self.cfg, self.backbones, self.need_teacher, self.output)
         v.resume(int(self.state["step"]))
+        if v.loss_rows < len(v) and self.info.is_main:
+            logger.warning("%s", unwritable_line(len(v), len(v) - v.loss_rows, v.answers_unwritable))
         return v
 
     def validate(self, step: int) -> dict:

@@ -21,6 +21,7 @@ import torch
 
 from elfreg.atomic import atomic_write_text
 from elfreg.data import CanvasStats, apply_template, build_canvas, collate
+from elfreg.data.vocab import span_token_ids
 from elfreg.pretrained import ElfModel
 from elfreg.sampling.config import SamplerConfig
 from elfreg.sampling.encoded import sample_texts_nfe
@@ -59,13 +60,14 @@ class Validation:
         task = cfg.data.task
         canvas_cfg = dataclasses.replace(cfg.canvas_config(), overflow="skip")
         stats = CanvasStats()
-        self.prompts, self.golds, canvases = [], [], []
+        self.prompts, self.golds, canvases, responses = [], [], [], []
         for r in rows:
             prompt, response = apply_template(r, task)
             c = build_canvas(prompt, response, backbones.tokenizer, canvas_cfg, stats)
             if c is None:
                 continue   # a row over the canvas: left out, and counted
             canvases.append(c)
+            responses.append(response)
             self.prompts.append(prompt)
             self.golds.append(extract_final_answer(response) if task == "math" else str(r.get("answer") or ""))
         if not canvases:
@@ -75,8 +77,12 @@ class Validation:
         # the loss reads the response tokens through the head: under a restricted head (train.head_vocab) a row
         # whose response has a token the head lacks has no loss (its accuracy is still scored)
         kept = cfg.model.head_token_ids
-        scored = [c for c in canvases if kept is None or set(response_ids(c)) <= set(kept)]
+        writable = [kept is None or set(response_ids(c)) <= set(kept) for c in canvases]
+        scored = [c for c, ok in zip(canvases, writable, strict=True) if ok]
         self.loss_rows = len(scored)
+        self.answers_unwritable = (0 if kept is None else unwritable_answers(
+            backbones.tokenizer, [r for r, ok in zip(responses, writable, strict=True) if not ok],
+            [g for g, ok in zip(self.golds, writable, strict=True) if not ok], set(kept)))
         self.raw = [raw_features(backbones, collate(scored[i:i + BATCH]), need_teacher)
                     for i in range(0, len(scored), BATCH)]
         self.encoded: tuple[torch.Tensor, torch.Tensor] | None = None  # the prompts, once the statistics are fixed
@@ -115,7 +121,8 @@ class Validation:
     def record(self, last: dict) -> dict:
         """The card's account of the validation scored last (``last``: Trainer.last_validation): the held-out data
         by name and sha256 (or the fraction held out), its rows, the step, accuracy, loss and the sampler."""
-        return {**self.source, "rows": len(self), "loss_rows": self.loss_rows, "step": last["step"],
+        return {**self.source, "rows": len(self), "loss_rows": self.loss_rows,
+                "answers_unwritable": self.answers_unwritable, "step": last["step"],
                 "accuracy": last.get("val_acc"), "loss": last.get("val_loss"), "sampler": "early-stop",
                 "nfe": self.cfg.train.validate_nfe}
 
@@ -163,6 +170,31 @@ def validation_source(validation: str | float | None) -> dict:
 
     path = Path(str(validation))
     return {"file": path.name, "sha256": file_digest(path)}
+
+
+def unwritable_answers(tokenizer, responses: list[str], golds: list[str | None], kept: set[int]) -> int | None:
+    """How many of ``responses`` hold their final answer (the last occurrence of ``gold``) in a token outside
+    ``kept``: rows a restricted head can never answer as written. None when the tokenizer gives no offsets."""
+    count = 0
+    for response, gold in zip(responses, golds, strict=True):
+        start = response.rfind(gold) if gold else -1
+        if start < 0:
+            continue
+        ids = span_token_ids(tokenizer, response, start, start + len(gold))
+        if ids is None:
+            return None
+        count += not set(ids) <= kept
+    return count
+
+
+def unwritable_line(rows: int, unwritable: int, answers: int | None) -> str:
+    """What a restricted head cannot write among the validation rows, said once when training starts."""
+    answer = ("" if answers is None else
+              f"; {answers} of them in the final answer itself, which can then never be right" if answers else
+              "; none in the final answer itself")
+    return (f"data.validation: {unwritable} of {rows} held-out responses use a token that no training response "
+            f"uses; the vocabulary head keeps only those tokens (train.head_vocab: responses), so it cannot write "
+            f"these responses as given and can answer them only in other words{answer}")
 
 
 def response_ids(canvas) -> list[int]:
