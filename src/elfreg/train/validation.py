@@ -76,13 +76,13 @@ class Validation:
         self.skipped = stats.skipped
         # the loss reads the response tokens through the head: under a restricted head (train.head_vocab) a row
         # whose response has a token the head lacks has no loss (its accuracy is still scored)
-        kept = cfg.model.head_token_ids
-        writable = [kept is None or set(response_ids(c)) <= set(kept) for c in canvases]
+        kept = None if cfg.model.head_token_ids is None else set(cfg.model.head_token_ids)
+        writable = [kept is None or set(response_ids(c)) <= kept for c in canvases]
         scored = [c for c, ok in zip(canvases, writable, strict=True) if ok]
         self.loss_rows = len(scored)
+        lacking = [i for i, ok in enumerate(writable) if not ok]
         self.answers_unwritable = (0 if kept is None else unwritable_answers(
-            backbones.tokenizer, [r for r, ok in zip(responses, writable, strict=True) if not ok],
-            [g for g, ok in zip(self.golds, writable, strict=True) if not ok], set(kept)))
+            backbones.tokenizer, [responses[i] for i in lacking], [self.golds[i] for i in lacking], kept))
         self.raw = [raw_features(backbones, collate(scored[i:i + BATCH]), need_teacher)
                     for i in range(0, len(scored), BATCH)]
         self.encoded: tuple[torch.Tensor, torch.Tensor] | None = None  # the prompts, once the statistics are fixed
