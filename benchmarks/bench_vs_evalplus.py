@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,6 +209,8 @@ def main() -> int:
         ep_res = json.loads((tmp / f"samples-{args.rounds - 1}_eval_results.json").read_text())["eval"]
         theirs = {(tid, i): (r["base_status"], r["plus_status"]) for tid, rs in ep_res.items()
                   for i, r in enumerate(rs)}
+        failing = {(tid, i): r.get("base_fail_tests") or r.get("plus_fail_tests") for tid, rs in ep_res.items()
+                   for i, r in enumerate(rs)}
         ours = {}
         for line in open(tmp / f"elfreg-{args.rounds - 1}" / "results.jsonl"):
             r = json.loads(line)
@@ -219,6 +222,11 @@ def main() -> int:
         print(f"verdicts: {len(ours)} elfreg / {len(theirs)} EvalPlus samples; tasks with a different verdict: "
               f"{differ or 'none'}" + (f" (EvalPlus 0.3.1's known find_zero bug: {sorted(KNOWN_EVALPLUS_BUG)})"
                                        if set(differ) <= KNOWN_EVALPLUS_BUG and differ else ""))
+        for tid in differ:  # which tool said what, so a difference can be told from a slow round's timeout
+            keys = sorted(k for k in ours if k[0] == tid)
+            first = next((failing.get(k) for k in keys if failing.get(k)), None)
+            print(f"  {tid}: elfreg {_tally(ours[k] for k in keys)}; EvalPlus {_tally(theirs.get(k) for k in keys)}"
+                  + (f" (EvalPlus' first failing input: {str(first[0])[:80]})" if first else ""))
         print(f"median: EvalPlus {statistics.median(t_ep):.1f} s, elfreg {statistics.median(t_el):.1f} s, "
               f"ratio {statistics.median(ratios):.2f}x (min {min(ratios):.2f}x, max {max(ratios):.2f}x)")
         per_round = [el / fl for el, fl in zip(t_el, floors)]
@@ -235,6 +243,12 @@ def main() -> int:
         if args.profile:
             profile(args, samples, tmp, floor)
     return 0
+
+
+def _tally(verdicts) -> str:
+    """``base/plus: count`` for each verdict pair, most common first."""
+    counts = Counter("/".join(map(str, v)) if v else "missing" for v in verdicts)
+    return ", ".join(f"{v}: {n}" for v, n in counts.most_common())
 
 
 _SPIN = "import time; t = time.perf_counter(); sum(i * i for i in range(6_000_000)); print(time.perf_counter() - t)"
