@@ -166,6 +166,7 @@ def main() -> int:
 
         print(f"samples: {n} (HumanEval+ canonical x {args.copies}, solution format), workers: {args.workers}, "
               f"cpus: {os.cpu_count()}, load: {os.getloadavg()[0]:.2f}", flush=True)
+
         def ground_truth(tag: str) -> float:
             """EvalPlus' ground-truth time (s, its own clock) on a cold cache of its own."""
             p = subprocess.run([python, "-c", GROUND_TRUTH], env=dict(env, XDG_CACHE_HOME=str(tmp / f"gt-{tag}")),
