@@ -241,3 +241,17 @@ def test_the_validation_line_names_the_held_out_rows_and_never_a_benchmark():
     assert "(the file held.jsonl, sha256 " + "ab" * 32 + "; 5 rows): no accuracy (code is judged" in text
     assert "loss None" not in text
     assert "validation" not in card_text(cfg, None, _record(), [], "mine").split("## Training")[1].split("##")[0]
+
+
+def test_the_validation_line_counts_unwritable_final_answers_in_words_that_agree():
+    cfg = {"backbones": {}, "model": {}, "objective": {}}
+    base = {"fraction": 0.1, "rows": 97, "loss_rows": 90, "step": 10, "accuracy": 0.5, "loss": 0.5,
+            "sampler": "early-stop", "nfe": 16}
+    one = card_text(cfg, None, _record(validation={**base, "answers_unwritable": 1}), [], "mine")
+    assert "; 1 held-out row's final answer uses a token the vocabulary head lacks" in one
+    assert "so it can never be right" in one
+    three = card_text(cfg, None, _record(validation={**base, "answers_unwritable": 3}), [], "mine")
+    assert "; 3 held-out rows' final answers use a token the vocabulary head lacks" in three
+    assert "so they can never be right" in three
+    assert "never be right" not in card_text(cfg, None, _record(validation={**base, "answers_unwritable": 0}), [],
+                                             "mine")

@@ -187,7 +187,8 @@ def test_a_held_out_response_the_restricted_head_cannot_write_is_scored_without_
             and "1 of them in the final answer itself, which can then never be right" in caplog.text)
     card = ModelCard.load(tmp_path / "run" / "model" / "README.md")
     assert card.data.to_dict()["elfreg"]["training"]["validation"]["answers_unwritable"] == 1
-    assert "1 rows' final answers use a token the vocabulary head lacks" in card.text
+    assert ("1 held-out row's final answer uses a token the vocabulary head lacks (no training response uses it), "
+            "so it can never be right") in card.text
 
 
 def test_unwritable_answers_reads_the_final_answer_tokens(tiny_lm_dir):
