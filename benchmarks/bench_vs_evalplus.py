@@ -167,6 +167,10 @@ def main() -> int:
         print(f"samples: {n} (HumanEval+ canonical x {args.copies}, solution format), workers: {args.workers}, "
               f"cpus: {os.cpu_count()}, load: {os.getloadavg()[0]:.2f}", flush=True)
 
+        def floor_of(gt: float) -> float:
+            """The floor from a ground-truth time: every sample's inputs run once, spread over the workers."""
+            return args.copies * gt / args.workers
+
         def ground_truth(tag: str) -> float:
             """EvalPlus' ground-truth time (s, its own clock) on a cold cache of its own."""
             p = subprocess.run([python, "-c", GROUND_TRUTH], env=dict(env, XDG_CACHE_HOME=str(tmp / f"gt-{tag}")),
@@ -182,7 +186,7 @@ def main() -> int:
         gt_s = float(m.group(1)) if m else float("nan")
         t_cold = run_elfreg(tmp / "elfreg-warmup")
         print(f"warm-up: EvalPlus ground truth {gt_s:.1f} s (1 process); elfreg cold run {t_cold:.1f} s", flush=True)
-        warmup_floor = args.copies * gt_s / args.workers
+        warmup_floor = floor_of(gt_s)
         if args.rounds < 1:
             profile(args, samples, tmp, warmup_floor)
             return 0
@@ -201,7 +205,7 @@ def main() -> int:
             t_el.append(el)
             t_ep.append(ep)
             ratios.append(ep / el)
-            floors.append(args.copies * gt / args.workers)
+            floors.append(floor_of(gt))
             print(f"round {rnd + 1}: EvalPlus {ep:6.1f} s | elfreg {el:6.1f} s | EvalPlus / elfreg {ratios[-1]:.2f}x "
                   f"| ground truth {gt:.1f} s, floor {floors[-1]:.1f} s, elfreg / floor {el / floors[-1]:.2f}x "
                   f"(load {os.getloadavg()[0]:.2f})", flush=True)
@@ -225,7 +229,7 @@ def main() -> int:
                                        if set(differ) <= KNOWN_EVALPLUS_BUG and differ else ""))
         for tid in differ:  # which tool said what, so a difference can be told from a slow round's timeout
             keys = sorted(k for k in ours if k[0] == tid)
-            first = next((failing.get(k) for k in keys if failing.get(k)), None)
+            first = next(filter(None, (failing.get(k) for k in keys)), None)
             print(f"  {tid}: elfreg {_tally(ours[k] for k in keys)}; EvalPlus {_tally(theirs.get(k) for k in keys)}"
                   + (f" (EvalPlus' first failing input: {str(first[0])[:80]})" if first else ""))
         print(f"median: EvalPlus {statistics.median(t_ep):.1f} s, elfreg {statistics.median(t_el):.1f} s, "
