@@ -277,9 +277,9 @@ def _validation_line(v: dict) -> str:
                  else f", loss {loss:.4g} (on the {md_text(v.get('loss_rows'))} rows the head can write)")
     n = v.get("answers_unwritable")
     if n:
-        rows = "row's final answer uses" if n == 1 else "rows' final answers use"
+        rows, they = ("row's final answer uses", "it") if n == 1 else ("rows' final answers use", "they")
         loss_text += (f"; {md_text(n)} held-out {rows} a token the vocabulary head lacks (no training response uses "
-                      f"it), so {'it' if n == 1 else 'they'} can never be right")
+                      f"it), so {they} can never be right")
     return (f"- **Held-out validation while training** ({data}; {md_text(v.get('rows'))} rows): {scored} at step "
             f"{md_text(v.get('step'))}{loss_text}, {md_text(v.get('sampler'))} sampler at {md_text(v.get('nfe'))} "
             "NFE, the EMA weights; the user's own rows, not a public benchmark.")
